@@ -1,0 +1,205 @@
+"""The full model: presets, parameter counts, state-dict names, init, sizes, options."""
+
+import pytest
+import torch
+
+from vitbook import PRESETS, VisionTransformer, ViTConfig, resample_pos_embed
+
+# Exact counts for 1000 classes at 224 px with class token, qkv bias and learned position
+# embeddings, as published and as timm builds them.
+EXPECTED_PARAMETERS = {
+    "ViT-Ti/16": 5_717_416,
+    "ViT-S/16": 22_050_664,
+    "ViT-B/16": 86_567_656,
+    "ViT-B/32": 88_224_232,
+    "ViT-L/16": 304_326_632,
+    "ViT-H/14": 632_045_800,
+}
+
+TINY = {
+    "img_size": (24, 40),
+    "patch_size": 8,
+    "embed_dim": 24,
+    "depth": 2,
+    "num_heads": 3,
+    "num_classes": 5,
+}
+
+
+def tiny(**overrides) -> ViTConfig:
+    return ViTConfig(**{**TINY, **overrides})
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_PARAMETERS))
+def test_preset_parameter_counts_match_the_paper(name):
+    config = ViTConfig.from_name(name)
+    with torch.device("meta"):  # no memory, no init cost: ViT-H has 632M parameters
+        model = VisionTransformer(config)
+    assert sum(p.numel() for p in model.parameters()) == EXPECTED_PARAMETERS[name]
+    assert config.num_parameters() == EXPECTED_PARAMETERS[name]
+
+
+def test_presets_follow_table_1():
+    assert set(PRESETS) == set(EXPECTED_PARAMETERS)
+    b16 = ViTConfig.from_name("ViT-B/16")
+    assert (b16.embed_dim, b16.depth, b16.num_heads, b16.mlp_hidden_dim) == (768, 12, 12, 3072)
+    assert b16.num_tokens == 197 and b16.embed_dim // b16.num_heads == 64
+    h14 = ViTConfig.from_name("ViT-H/14", num_classes=10)
+    assert (h14.embed_dim, h14.depth, h14.num_heads, h14.patch_size, h14.num_classes) == (
+        1280,
+        32,
+        16,
+        14,
+        10,
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"pos_embed": "sincos2d"},
+        {"pos_embed": "none"},
+        {"class_token": False, "pool": "mean"},
+        {"qkv_bias": False},
+        {"num_classes": 0},
+        {"mlp_ratio": 2.5},
+    ],
+)
+def test_closed_form_count_matches_real_count_for_options(overrides):
+    config = tiny(**overrides)
+    model = VisionTransformer(config)
+    assert sum(p.numel() for p in model.parameters()) == config.num_parameters()
+
+
+def test_state_dict_keys_follow_timm():
+    model = VisionTransformer(tiny(depth=1))
+    keys = list(model.state_dict())
+    assert keys == [
+        "cls_token",
+        "pos_embed",
+        "patch_embed.proj.weight",
+        "patch_embed.proj.bias",
+        "blocks.0.norm1.weight",
+        "blocks.0.norm1.bias",
+        "blocks.0.attn.qkv.weight",
+        "blocks.0.attn.qkv.bias",
+        "blocks.0.attn.proj.weight",
+        "blocks.0.attn.proj.bias",
+        "blocks.0.norm2.weight",
+        "blocks.0.norm2.bias",
+        "blocks.0.mlp.fc1.weight",
+        "blocks.0.mlp.fc1.bias",
+        "blocks.0.mlp.fc2.weight",
+        "blocks.0.mlp.fc2.bias",
+        "norm.weight",
+        "norm.bias",
+        "head.weight",
+        "head.bias",
+    ]
+    assert model.pos_embed.shape == (1, 1 + 3 * 5, 24)
+    assert model.cls_token.shape == (1, 1, 24)
+
+
+def test_sincos_table_is_a_non_persistent_buffer():
+    model = VisionTransformer(tiny(pos_embed="sincos2d"))
+    assert "pos_embed" not in model.state_dict()
+    assert not any(name == "pos_embed" for name, _ in model.named_parameters())
+    assert torch.equal(model.pos_embed[0, 0], torch.zeros(24))  # the class token gets no position
+
+
+def test_init_follows_timm():
+    torch.manual_seed(0)
+    model = VisionTransformer(ViTConfig.from_name("ViT-Ti/16", num_classes=100))
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    weights = torch.cat([m.weight.flatten() for m in linears])
+    assert weights.std().item() == pytest.approx(0.02, rel=0.02)
+    # timm truncates at the absolute values +-2, i.e. 100 standard deviations: in effect a plain
+    # normal, so about 4.55% of the weights lie beyond two standard deviations.
+    beyond = (weights.abs() > 0.04).float().mean().item()
+    assert beyond == pytest.approx(0.0455, abs=0.003)
+    assert all((m.bias == 0).all() for m in linears)
+    assert model.cls_token.abs().max().item() < 1e-5
+    assert model.pos_embed.std().item() == pytest.approx(0.02, rel=0.05)
+    assert torch.equal(model.norm.weight, torch.ones(192))
+
+
+def test_forward_shapes_on_a_non_square_image():
+    torch.manual_seed(0)
+    config = tiny()
+    model = VisionTransformer(config)
+    images = torch.randn(2, 3, 24, 40)
+    assert model(images).shape == (2, 5)
+    assert model.forward_features(images).shape == (2, 1 + 15, 24)
+    logits, weights = model.forward_with_attention(images)
+    torch.testing.assert_close(logits, model(images))
+    assert len(weights) == 2
+    assert all(w.shape == (2, 3, 16, 16) for w in weights)
+    torch.testing.assert_close(weights[1].sum(-1), torch.ones(2, 3, 16))
+
+
+def test_sdpa_and_explicit_models_agree():
+    torch.manual_seed(0)
+    explicit = VisionTransformer(tiny(attn_impl="explicit")).eval()
+    fused = VisionTransformer(tiny(attn_impl="sdpa")).eval()
+    fused.load_state_dict(explicit.state_dict())
+    images = torch.randn(2, 3, 24, 40)
+    torch.testing.assert_close(fused(images), explicit(images), rtol=1e-5, atol=1e-5)
+
+
+def test_mean_pool_averages_patch_tokens():
+    torch.manual_seed(0)
+    model = VisionTransformer(tiny(class_token=False, pool="mean"))
+    images = torch.randn(2, 3, 24, 40)
+    features = model.forward_features(images)
+    assert features.shape == (2, 15, 24)
+    torch.testing.assert_close(model(images), model.head(features.mean(dim=1)))
+
+
+def test_cls_pool_reads_the_first_token():
+    torch.manual_seed(0)
+    model = VisionTransformer(tiny())
+    images = torch.randn(2, 3, 24, 40)
+    torch.testing.assert_close(model(images), model.head(model.forward_features(images)[:, 0]))
+
+
+def test_without_position_embeddings_the_model_ignores_patch_order():
+    # No positions + mean pooling: shuffling the patches of the image cannot change the logits.
+    torch.manual_seed(0)
+    model = VisionTransformer(tiny(pos_embed="none", class_token=False, pool="mean")).eval()
+    images = torch.randn(2, 3, 24, 40)
+    blocks = images.unfold(2, 8, 8).unfold(3, 8, 8)  # (B, C, Gh, Gw, P, P)
+    shuffled = blocks.flip(2).flip(3).permute(0, 1, 2, 4, 3, 5).reshape(2, 3, 24, 40)
+    torch.testing.assert_close(model(shuffled), model(images), rtol=1e-5, atol=1e-5)
+    with_positions = VisionTransformer(tiny(class_token=False, pool="mean")).eval()
+    assert not torch.allclose(with_positions(shuffled), with_positions(images), atol=1e-4)
+
+
+def test_model_runs_backward():
+    torch.manual_seed(0)
+    model = VisionTransformer(tiny())
+    loss = model(torch.randn(2, 3, 24, 40)).logsumexp(-1).mean()
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_resampled_pos_embed_moves_a_model_to_a_new_size():
+    torch.manual_seed(0)
+    small = VisionTransformer(tiny(img_size=32, patch_size=8))
+    with pytest.raises(ValueError, match=r"64x64.*img_size=\(32, 32\).*resample_pos_embed"):
+        small(torch.randn(1, 3, 64, 64))
+    large = VisionTransformer(tiny(img_size=64, patch_size=8))
+    state = small.state_dict()
+    state["pos_embed"] = resample_pos_embed(state["pos_embed"], large.config.grid_size)
+    large.load_state_dict(state)
+    assert large(torch.randn(1, 3, 64, 64)).shape == (1, 5)
+    assert torch.equal(large.pos_embed[:, 0], small.pos_embed[:, 0])
+
+
+def test_config_is_frozen_and_keyword_only():
+    config = tiny()
+    with pytest.raises(AttributeError):
+        config.depth = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ViTConfig(224, 16)  # type: ignore[misc]
+    assert ViTConfig(img_size=32, patch_size=8).img_size == (32, 32)

@@ -1,0 +1,58 @@
+"""vitbook: a Vision Transformer built piece by piece, the package behind the book.
+
+Modules, in the order of the chapters: :mod:`vitbook.patches`, :mod:`vitbook.positional`,
+:mod:`vitbook.attention`, :mod:`vitbook.encoder`, :mod:`vitbook.vit`, :mod:`vitbook.axial`.
+Importing vitbook has no side effects and imports no optional dependency.
+"""
+
+from vitbook.attention import (
+    MultiHeadSelfAttention,
+    SingleHeadAttention,
+    scaled_dot_product_attention,
+)
+from vitbook.axial import AxialAttention, AxialEncoderBlock, axial_attention_mask
+from vitbook.encoder import MLP, EncoderBlock
+from vitbook.patches import (
+    LinearPatchEmbedding,
+    PatchEmbedding,
+    conv_weight_from_linear,
+    linear_weight_from_conv,
+    patchify,
+    unpatchify,
+)
+from vitbook.positional import (
+    LearnedPositionEmbedding,
+    RelativePositionBias,
+    resample_pos_embed,
+    sincos_1d,
+    sincos_2d,
+)
+from vitbook.vit import PRESETS, VisionTransformer, ViTConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MLP",
+    "PRESETS",
+    "AxialAttention",
+    "AxialEncoderBlock",
+    "EncoderBlock",
+    "LearnedPositionEmbedding",
+    "LinearPatchEmbedding",
+    "MultiHeadSelfAttention",
+    "PatchEmbedding",
+    "RelativePositionBias",
+    "SingleHeadAttention",
+    "ViTConfig",
+    "VisionTransformer",
+    "__version__",
+    "axial_attention_mask",
+    "conv_weight_from_linear",
+    "linear_weight_from_conv",
+    "patchify",
+    "resample_pos_embed",
+    "scaled_dot_product_attention",
+    "sincos_1d",
+    "sincos_2d",
+    "unpatchify",
+]

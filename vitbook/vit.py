@@ -1,0 +1,324 @@
+"""The Vision Transformer: patch embedding, class token, position embeddings, encoder, head.
+
+::
+
+    z_0 = [x_class; x_1 E; ...; x_N E] + E_pos            (B, 1 + Gh*Gw, D)
+    z_l = EncoderBlock_l(z_{l-1}),   l = 1 .. L           (B, N, D)
+    y   = head(LayerNorm(z_L)[:, 0])                      (B, num_classes)
+
+Parameter and module names are those of timm's ``VisionTransformer`` (``patch_embed.proj``,
+``cls_token``, ``pos_embed``, ``blocks.{i}.norm1`` / ``attn.qkv`` / ``attn.proj`` / ``norm2`` /
+``mlp.fc1`` / ``mlp.fc2``, ``norm``, ``head``), so state dicts move between the two.
+
+See chapter: The full model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from einops import repeat
+from torch import nn
+
+from vitbook import _checks
+from vitbook.attention import ATTENTION_IMPLS
+from vitbook.encoder import EncoderBlock
+from vitbook.patches import PatchEmbedding
+from vitbook.positional import sincos_2d
+
+__all__ = ["PRESETS", "ViTConfig", "VisionTransformer"]
+
+POS_EMBEDS = ("learned", "sincos2d", "none")
+POOLS = ("cls", "mean")
+
+# ViT paper, Table 1: (embed_dim, depth, num_heads); the MLP is 4x wider in every size.
+PRESETS: dict[str, dict[str, int]] = {
+    "ViT-Ti/16": {"patch_size": 16, "embed_dim": 192, "depth": 12, "num_heads": 3},
+    "ViT-S/16": {"patch_size": 16, "embed_dim": 384, "depth": 12, "num_heads": 6},
+    "ViT-B/16": {"patch_size": 16, "embed_dim": 768, "depth": 12, "num_heads": 12},
+    "ViT-B/32": {"patch_size": 32, "embed_dim": 768, "depth": 12, "num_heads": 12},
+    "ViT-L/16": {"patch_size": 16, "embed_dim": 1024, "depth": 24, "num_heads": 16},
+    "ViT-H/14": {"patch_size": 14, "embed_dim": 1280, "depth": 32, "num_heads": 16},
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViTConfig:
+    """Everything that defines a ViT, with timm's field names; validated on creation.
+
+    Fields:
+        img_size: (H, W) or one int for square images; stored as a (H, W) tuple.
+        patch_size: P; H and W must be multiples of it.
+        in_chans: C.
+        num_classes: size of the classification head; 0 means no head (features only).
+        embed_dim: D.
+        depth: L, the number of encoder blocks.
+        num_heads: Nh, must divide D.
+        mlp_ratio: the MLP's hidden width is ``int(D * mlp_ratio)``.
+        qkv_bias: whether ``qkv`` has a bias.
+        class_token: whether a learned class token is prepended.
+        pos_embed: ``"learned"`` (ViT), ``"sincos2d"`` (fixed, D a multiple of 4) or ``"none"``.
+        pool: ``"cls"`` (the class token's final state) or ``"mean"`` (mean of the patch tokens).
+        attn_impl: ``"explicit"`` or ``"sdpa"`` for ``forward``.
+        norm_eps: LayerNorm epsilon (1e-6 in timm and the original ViT code).
+        drop_rate: dropout on the embeddings, after attention and in the MLPs.
+        attn_drop_rate: dropout on the attention weights.
+
+    Raises:
+        ValueError / TypeError: for any inconsistent or mistyped field, naming it and the fix.
+
+    Example:
+        >>> cfg = ViTConfig(img_size=(32, 48), patch_size=16, embed_dim=24, depth=2, num_heads=3)
+        >>> cfg.grid_size, cfg.num_patches, cfg.num_tokens
+        ((2, 3), 6, 7)
+        >>> ViTConfig.from_name("ViT-B/16").num_parameters()
+        86567656
+
+    See chapter: The full model.
+    """
+
+    img_size: int | tuple[int, int] = 224
+    patch_size: int = 16
+    in_chans: int = 3
+    num_classes: int = 1000
+    embed_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    class_token: bool = True
+    pos_embed: str = "learned"
+    pool: str = "cls"
+    attn_impl: str = "explicit"
+    norm_eps: float = 1e-6
+    drop_rate: float = 0.0
+    attn_drop_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "img_size", _checks.pair("img_size", self.img_size))
+        for name in ("patch_size", "in_chans", "embed_dim", "depth", "num_heads"):
+            _checks.positive_int(name, getattr(self, name))
+        if (
+            isinstance(self.num_classes, bool)
+            or not isinstance(self.num_classes, int)
+            or self.num_classes < 0
+        ):
+            raise ValueError(
+                f"num_classes={self.num_classes!r} must be an int >= 0 (0 for no head)."
+            )
+        _checks.multiple_of("img_size height", self.img_size[0], "patch_size", self.patch_size)
+        _checks.multiple_of("img_size width", self.img_size[1], "patch_size", self.patch_size)
+        _checks.divisible("embed_dim", self.embed_dim, "num_heads", self.num_heads)
+        _checks.choice("pos_embed", self.pos_embed, POS_EMBEDS)
+        _checks.choice("pool", self.pool, POOLS)
+        _checks.choice("attn_impl", self.attn_impl, ATTENTION_IMPLS)
+        if self.pos_embed == "sincos2d" and self.embed_dim % 4:
+            raise ValueError(
+                "pos_embed='sincos2d' needs embed_dim as a multiple of 4, got "
+                f"embed_dim={self.embed_dim}; "
+                "change embed_dim or use pos_embed='learned'."
+            )
+        if self.pool == "cls" and not self.class_token:
+            raise ValueError(
+                "pool='cls' needs class_token=True; set class_token=True or use pool='mean'."
+            )
+        if not self.mlp_ratio > 0:
+            raise ValueError(f"mlp_ratio={self.mlp_ratio} must be positive; ViT uses 4.0.")
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps={self.norm_eps} must be positive; timm uses 1e-6.")
+        for name in ("drop_rate", "attn_drop_rate"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(
+                    f"{name}={getattr(self, name)} must be in [0, 1); use 0.0 for no dropout."
+                )
+
+    @classmethod
+    def from_name(cls, name: str, **overrides: object) -> ViTConfig:
+        """A preset from the ViT paper's Table 1 (224 px, 1000 classes), with optional overrides.
+
+        Example:
+            >>> cfg = ViTConfig.from_name("ViT-Ti/16", num_classes=10)
+            >>> cfg.embed_dim, cfg.depth, cfg.num_heads, cfg.num_classes
+            (192, 12, 3, 10)
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset name {name!r}; choose one of {', '.join(PRESETS)}.")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise ValueError(
+                f"unknown ViTConfig field(s) {unknown}; valid fields are {sorted(fields)}."
+            )
+        return cls(**{**PRESETS[name], **overrides})
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        """(Gh, Gw)."""
+        return (self.img_size[0] // self.patch_size, self.img_size[1] // self.patch_size)
+
+    @property
+    def num_patches(self) -> int:
+        """Gh * Gw."""
+        return self.grid_size[0] * self.grid_size[1]
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patches: 1 with a class token, else 0."""
+        return int(self.class_token)
+
+    @property
+    def num_tokens(self) -> int:
+        """N, the sequence length the encoder sees."""
+        return self.num_prefix_tokens + self.num_patches
+
+    @property
+    def mlp_hidden_dim(self) -> int:
+        return int(self.embed_dim * self.mlp_ratio)
+
+    def num_parameters(self) -> int:
+        """The number of trainable parameters, in closed form.
+
+        ::
+
+            patch embedding   C P^2 D + D
+            class token       D
+            position embed.   N D                 (learned only)
+            each of L blocks  12 D^2 + 13 D       (for a 4x MLP with biases; in general
+                              4 D + (3 D^2 + 3 D) + (D^2 + D) + (2 D H + H + D), H = hidden width)
+            final LayerNorm   2 D
+            head              D K + K             (K = num_classes > 0)
+        """
+        d, h, k = self.embed_dim, self.mlp_hidden_dim, self.num_classes
+        patch = self.in_chans * self.patch_size**2 * d + d
+        tokens = d * self.num_prefix_tokens + (
+            self.num_tokens * d if self.pos_embed == "learned" else 0
+        )
+        attention = 3 * d * d + (3 * d if self.qkv_bias else 0) + d * d + d
+        block = 4 * d + attention + 2 * d * h + h + d
+        head = d * k + k if k > 0 else 0
+        return patch + tokens + self.depth * block + 2 * d + head
+
+
+class VisionTransformer(nn.Module):
+    """The ViT of Dosovitskiy et al. (2021), state-dict compatible with timm.
+
+    Weights are initialised as timm does by default: every Linear weight from a truncated normal
+    with std 0.02 and zero bias, ``pos_embed`` truncated normal 0.02, ``cls_token`` normal 1e-6,
+    LayerNorms at (1, 0), and the patch-embedding Conv2d at PyTorch's default. The 2D sine-cosine
+    table (``pos_embed="sincos2d"``) is a non-persistent buffer with a zero row for the class
+    token.
+
+    Shapes:
+        forward: (B, C, H, W) -> (B, num_classes) logits.
+        forward_features: (B, C, H, W) -> (B, N, D), after the final LayerNorm.
+        forward_with_attention: (B, C, H, W) -> (logits, [(B, Nh, N, N)] * depth).
+
+    Raises:
+        TypeError / ValueError: images that are not float, not 4-D, or of another channel count
+            or size than the config (see :func:`vitbook.resample_pos_embed` to change size).
+
+    Example:
+        >>> cfg = ViTConfig(img_size=32, patch_size=8, embed_dim=24, depth=2, num_heads=3,
+        ...                 num_classes=10)
+        >>> model = VisionTransformer(cfg)
+        >>> logits, attn = model.forward_with_attention(torch.randn(2, 3, 32, 32))
+        >>> logits.shape, len(attn), attn[0].shape
+        (torch.Size([2, 10]), 2, torch.Size([2, 3, 17, 17]))
+        >>> sum(p.numel() for p in model.parameters()) == cfg.num_parameters()
+        True
+
+    See chapter: The full model.
+    """
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, ViTConfig):
+            raise TypeError(
+                f"config must be a ViTConfig, got {type(config).__name__}; "
+                "build one with ViTConfig(...) or ViTConfig.from_name('ViT-B/16')."
+            )
+        self.config = cfg = config
+        d = cfg.embed_dim
+        self.patch_embed = PatchEmbedding(cfg.img_size, cfg.patch_size, cfg.in_chans, d)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d)) if cfg.class_token else None
+        if cfg.pos_embed == "learned":
+            self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_tokens, d))
+        elif cfg.pos_embed == "sincos2d":
+            table = sincos_2d(cfg.grid_size, d)  # (Gh * Gw, D)
+            table = torch.cat([torch.zeros(cfg.num_prefix_tokens, d), table])[None]  # (1, N, D)
+            self.register_buffer("pos_embed", table, persistent=False)
+        else:
+            self.pos_embed = None
+        self.pos_drop = nn.Dropout(cfg.drop_rate)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(
+                d,
+                cfg.num_heads,
+                mlp_ratio=cfg.mlp_ratio,
+                qkv_bias=cfg.qkv_bias,
+                norm_eps=cfg.norm_eps,
+                attn_impl=cfg.attn_impl,
+                drop=cfg.drop_rate,
+                attn_drop=cfg.attn_drop_rate,
+            )
+            for _ in range(cfg.depth)
+        )
+        self.norm = nn.LayerNorm(d, eps=cfg.norm_eps)
+        self.head = nn.Linear(d, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Re-initialise all weights with timm's default scheme (see the class docstring)."""
+        if isinstance(self.pos_embed, nn.Parameter):
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """z_0: patch tokens, class token prepended, position embeddings added: (B, N, D)."""
+        x = self.patch_embed(images)  # (B, Gh * Gw, D)
+        if self.cls_token is not None:
+            cls = repeat(self.cls_token, "1 1 d -> b 1 d", b=x.shape[0])
+            x = torch.cat([cls, x], dim=1)  # (B, N, D)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed
+        return self.pos_drop(x)
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.embed(images)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)  # (B, N, D)
+
+    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
+        """Pool the final tokens (B, N, D) and classify: (B, num_classes)."""
+        if self.config.pool == "cls":
+            pooled = features[:, 0]  # (B, D)
+        else:
+            pooled = features[:, self.config.num_prefix_tokens :].mean(dim=1)  # (B, D)
+        return self.head(pooled)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(images))
+
+    def forward_with_attention(
+        self, images: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits and every layer's attention weights, computed by the explicit attention path."""
+        x = self.embed(images)
+        weights = []
+        for block in self.blocks:
+            x, w = block.forward_with_weights(x)
+            weights.append(w)  # (B, Nh, N, N)
+        return self.forward_head(self.norm(x)), weights
