@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Set up, test and build vitbook with nothing but Python 3.10+ and pip.
+
+    python3 tasks.py test   # ruff, then pytest: unit tests, doctests, book build, notebooks
+    python3 tasks.py book   # build the HTML book into _build/html
+
+Both commands first create or refresh the virtual environment `.venv`, installing
+`-r requirements.txt -c constraints.txt`; they reinstall only when one of requirements.txt,
+constraints.txt or pyproject.toml has changed. Extra arguments after `test` go to pytest
+(for example `python3 tasks.py test -m "not book"`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+STAMP = VENV / "vitbook-requirements.sha256"  # tests/test_project.py looks for this name
+INPUTS = ("requirements.txt", "constraints.txt", "pyproject.toml")
+BOOK_INDEX = ROOT / "_build" / "html" / "index.html"
+
+
+def say(message: str) -> None:
+    print(f"[tasks] {message}", flush=True)
+
+
+def run(*cmd: str | Path, env: dict[str, str] | None = None) -> int:
+    """Run a command from the repository root, streaming its output, and return its exit code."""
+    say("$ " + " ".join(str(part) for part in cmd))
+    return subprocess.run([str(part) for part in cmd], cwd=ROOT, env=env).returncode
+
+
+def ensure_system_packages() -> None:
+    """Install the operating-system packages that the tests need.
+
+    Nothing yet. The browser tests of the HTML book will need a headless Chromium
+    (`apt-get install -y chromium`, which puts `chromium` on the PATH); install it here,
+    only when missing, before pytest runs.
+    """
+
+
+def requirements_hash() -> str:
+    digest = hashlib.sha256()
+    for name in INPUTS:
+        digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def ensure_venv() -> None:
+    """Create `.venv` if needed and install the locked requirements when they have changed."""
+    if not PYTHON.exists():
+        say(f"creating virtual environment {VENV}")
+        if run(sys.executable, "-m", "venv", VENV) != 0:
+            # Some Linux distributions ship Python without ensurepip: make the venv without pip,
+            # then let this interpreter's pip put pip into it.
+            say("venv without ensurepip; bootstrapping pip into it with this Python's pip")
+            created = run(sys.executable, "-m", "venv", "--clear", "--without-pip", VENV) == 0
+            bootstrap = (sys.executable, "-m", "pip", "--python", PYTHON, "install", "pip")
+            if not (created and run(*bootstrap) == 0):
+                sys.exit("[tasks] could not create .venv: install the python3-venv package")
+    wanted = requirements_hash()
+    if STAMP.exists() and STAMP.read_text().strip() == wanted:
+        say(".venv is up to date")
+        return
+    say("installing requirements into .venv (exact versions from constraints.txt)")
+    pip = (PYTHON, "-m", "pip", "install", "--disable-pip-version-check")
+    if run(*pip, "-r", "requirements.txt", "-c", "constraints.txt") != 0:
+        sys.exit("[tasks] pip install failed; .venv left as it is")
+    STAMP.write_text(wanted + "\n")
+
+
+def tool_env() -> dict[str, str]:
+    """The environment for every command: the venv first on PATH, unbuffered, few threads."""
+    env = dict(os.environ)
+    env.pop("PYTHONHOME", None)
+    env["VIRTUAL_ENV"] = str(VENV)
+    env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    # The models here are toys: two threads per process keep a 2-core machine responsive while
+    # pytest, a notebook kernel and the book build share it. Users may override each variable.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = str(max(1, min(2, cores or 1)))
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env.setdefault(name, threads)
+    env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiets a debugger warning in kernels
+    return env
+
+
+def book() -> int:
+    """Build the HTML book, re-executing every notebook (`--all`: pages reflect today's vitbook)."""
+    code = run(
+        BIN / "jupyter-book", "build", ".", "--all", "-W", "-n", "--keep-going", env=tool_env()
+    )
+    if code != 0 or not BOOK_INDEX.exists():
+        say(f"book build FAILED (exit code {code})")
+        return code or 1
+    say(f"book built: {BOOK_INDEX}")
+    print(BOOK_INDEX, flush=True)
+    return 0
+
+
+def test(pytest_args: list[str]) -> int:
+    """Lint, then run pytest: unit tests, doctests, the book build and every notebook."""
+    ensure_system_packages()
+    env = tool_env()
+    # Agg for figures made inside pytest itself. Notebook kernels started by the book tests get
+    # this variable removed, so that they keep Jupyter's inline backend and show their figures.
+    env["MPLBACKEND"] = "Agg"
+    steps = {
+        "ruff check": [BIN / "ruff", "check", "."],
+        "pytest": [PYTHON, "-m", "pytest", *pytest_args],
+    }
+    results = {}
+    for name, cmd in steps.items():
+        start = time.monotonic()
+        code = run(*cmd, env=env)
+        if name == "pytest" and code == 5:
+            say("pytest collected no tests: counted as a failure")
+        results[name] = (code, time.monotonic() - start)
+    say("summary")
+    for name, (code, seconds) in results.items():
+        verdict = "passed" if code == 0 else f"FAILED (exit code {code})"
+        print(f"  {name:<12} {verdict:<24} {seconds:7.1f} s", flush=True)
+    failed = [name for name, (code, _) in results.items() if code != 0]
+    print(f"  {'all passed' if not failed else 'failed: ' + ', '.join(failed)}", flush=True)
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["book", "test"])
+    args, extra = parser.parse_known_args()
+    if args.command == "book" and extra:
+        parser.error(f"unexpected arguments for book: {' '.join(extra)}")
+    if sys.version_info < (3, 10):  # noqa: UP036 (the guard is for older interpreters)
+        sys.exit(f"[tasks] vitbook needs Python 3.10 or newer, not {sys.version.split()[0]}")
+    os.chdir(ROOT)
+    ensure_venv()
+    return book() if args.command == "book" else test(extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

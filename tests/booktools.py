@@ -1,0 +1,86 @@
+"""Helpers for the book tests: where things are, how to read the TOC, how to start kernels."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_DIR = ROOT / "_build"
+HTML_DIR = BUILD_DIR / "html"
+BUILD_LOG = BUILD_DIR / "book-build.log"
+BUILD_COMMAND = ("jupyter-book", "build", ".", "--all", "-W", "-n", "--keep-going")
+LOG_TAIL_LINES = 80
+
+
+def venv_executable(name: str) -> str:
+    """The console script `name` installed beside the running Python (the venv's own copy)."""
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+def kernel_env() -> dict[str, str]:
+    """The environment for subprocesses that start notebook kernels.
+
+    The venv comes first on PATH. MPLBACKEND is removed: the test command sets it to Agg for
+    pytest itself, but a kernel that inherits it would draw no figures into the notebook.
+    """
+    env = dict(os.environ)
+    env.pop("MPLBACKEND", None)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    return env
+
+
+def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def read_yaml(name: str) -> dict:
+    return yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))
+
+
+def toc_entries(toc: dict) -> list[str]:
+    """Every `file` of a jb-book `_toc.yml`, root first, in reading order, without suffix."""
+    entries = [toc["root"]]
+
+    def walk(items: list[dict]) -> None:
+        for item in items:
+            if "file" in item:
+                entries.append(item["file"])
+            for key in ("parts", "chapters", "sections"):
+                walk(item.get(key, []))
+
+    walk([{key: toc.get(key, []) for key in ("parts", "chapters")}])
+    return entries
+
+
+PAGE_SUFFIXES = (".ipynb", ".md")
+
+
+def source_files(entry: str) -> list[Path]:
+    """The source files that a TOC entry may name (one, when the book is consistent)."""
+    return [
+        ROOT / f"{entry}{suffix}"
+        for suffix in PAGE_SUFFIXES
+        if (ROOT / f"{entry}{suffix}").exists()
+    ]
+
+
+def book_sources() -> list[Path]:
+    """Every page source under book/, checkpoints aside."""
+    return sorted(
+        path
+        for suffix in PAGE_SUFFIXES
+        for path in (ROOT / "book").rglob(f"*{suffix}")
+        if ".ipynb_checkpoints" not in path.parts
+    )
+
+
+def toc_notebooks() -> list[Path]:
+    """The notebooks listed in _toc.yml, in reading order."""
+    entries = toc_entries(read_yaml("_toc.yml"))
+    return [ROOT / f"{entry}.ipynb" for entry in entries if (ROOT / f"{entry}.ipynb").exists()]

@@ -1,0 +1,63 @@
+"""Shared fixtures for the book tests: the repository layout and one HTML build per session."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from booktools import (
+    BUILD_COMMAND,
+    BUILD_DIR,
+    BUILD_LOG,
+    HTML_DIR,
+    LOG_TAIL_LINES,
+    ROOT,
+    kernel_env,
+    read_yaml,
+    tail,
+    venv_executable,
+)
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def book_config() -> dict:
+    return read_yaml("_config.yml")
+
+
+@pytest.fixture(scope="session")
+def toc() -> dict:
+    return read_yaml("_toc.yml")
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    """Build the HTML book once per session, strictly, into _build/html, and return that folder.
+
+    Later tests (browser tests, page-size checks) reuse this build. The full log is kept in
+    _build/book-build.log; a failed build fails every test that asks for it, showing the log's end.
+    """
+    BUILD_DIR.mkdir(exist_ok=True)
+    command = [venv_executable(BUILD_COMMAND[0]), *BUILD_COMMAND[1:]]
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=kernel_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    BUILD_LOG.write_text(result.stdout, encoding="utf-8")
+    if result.returncode != 0:
+        pytest.fail(
+            f"`{' '.join(BUILD_COMMAND)}` failed with exit code {result.returncode}. "
+            f"Last {LOG_TAIL_LINES} lines of {BUILD_LOG}:\n{tail(result.stdout)}",
+            pytrace=False,
+        )
+    return HTML_DIR

@@ -1,0 +1,185 @@
+"""The book: its structure, configuration and strict build, and every notebook run by nbval."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from booktools import ROOT, book_sources, kernel_env, source_files, tail, toc_entries, toc_notebooks
+
+NOTEBOOKS = [path for path in book_sources() if path.suffix == ".ipynb"]
+COLAB_INSTALL = re.compile(
+    r'^import sys\n\nif "google\.colab" in sys\.modules:\n'
+    r'    %pip install -q "vitbook @ git\+(?P<url>[^"@]+)"\n?$'
+)
+FENCE = re.compile(r"^\s*(```|~~~|:::)")
+CELL_TIMEOUT_S = 120  # the same per-cell limit as execute.timeout in _config.yml
+
+
+def relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def load_notebook(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def source(cell: dict) -> str:
+    text = cell["source"]
+    return text if isinstance(text, str) else "".join(text)
+
+
+def titles(markdown: str) -> list[str]:
+    """Top-level `# ` headings of a markdown text, ignoring fenced blocks."""
+    found, fenced = [], False
+    for line in markdown.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and line.startswith("# "):
+            found.append(line[2:].strip())
+    return found
+
+
+def page_titles(path: Path) -> list[str]:
+    if path.suffix == ".md":
+        return titles(path.read_text(encoding="utf-8"))
+    cells = load_notebook(path)["cells"]
+    return [t for cell in cells if cell["cell_type"] == "markdown" for t in titles(source(cell))]
+
+
+# --- _toc.yml and book/ ---------------------------------------------------------------------
+
+
+def test_toc_lists_every_page_in_book_and_nothing_else(toc):
+    entries = toc_entries(toc)
+    assert toc["format"] == "jb-book"
+    assert len(entries) == len(set(entries)), f"listed twice in _toc.yml: {entries}"
+    outside = [entry for entry in entries if not entry.startswith("book/")]
+    assert not outside, f"_toc.yml lists pages outside book/: {outside}"
+    resolved = {entry: source_files(entry) for entry in entries}
+    missing = [entry for entry, files in resolved.items() if not files]
+    assert not missing, f"_toc.yml lists pages that do not exist: {missing}"
+    ambiguous = [entry for entry, files in resolved.items() if len(files) > 1]
+    assert not ambiguous, f"both a .md and an .ipynb exist for: {ambiguous}"
+    listed = {relative(files[0]) for files in resolved.values()}
+    unlisted = sorted({relative(path) for path in book_sources()} - listed)
+    assert not unlisted, f"pages in book/ missing from _toc.yml: {unlisted}"
+
+
+@pytest.mark.parametrize("page", book_sources(), ids=relative)
+def test_page_has_exactly_one_title(page):
+    found = page_titles(page)
+    assert len(found) == 1, f"{relative(page)} needs one top-level '# ' title, has {found}"
+
+
+# --- notebooks as committed -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=relative)
+def test_notebook_is_committed_without_outputs(notebook):
+    code_cells = [cell for cell in load_notebook(notebook)["cells"] if cell["cell_type"] == "code"]
+    with_outputs = [i for i, cell in enumerate(code_cells) if cell.get("outputs")]
+    with_counts = [
+        i for i, cell in enumerate(code_cells) if cell.get("execution_count") is not None
+    ]
+    assert not with_outputs, f"code cells {with_outputs} of {relative(notebook)} have outputs"
+    assert not with_counts, (
+        f"code cells {with_counts} of {relative(notebook)} have execution counts"
+    )
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=relative)
+def test_notebook_uses_the_python3_kernel(notebook):
+    assert load_notebook(notebook)["metadata"]["kernelspec"]["name"] == "python3"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=relative)
+def test_notebook_starts_with_the_colab_install_cell(notebook, book_config):
+    first = load_notebook(notebook)["cells"][0]
+    assert first["cell_type"] == "code", f"{relative(notebook)} must start with a code cell"
+    assert "remove-cell" in first["metadata"].get("tags", []), "tag the install cell remove-cell"
+    match = COLAB_INSTALL.match(source(first))
+    assert match, (
+        f"first cell of {relative(notebook)} is not the Colab install cell:\n{source(first)}"
+    )
+    assert match["url"] == book_config["repository"]["url"], (
+        "the install cell's URL must equal repository.url in _config.yml"
+    )
+
+
+# --- _config.yml ----------------------------------------------------------------------------
+
+
+def test_config_executes_every_notebook_and_fails_on_errors(book_config):
+    execute = book_config["execute"]
+    assert execute["execute_notebooks"] == "force"
+    assert execute["raise_on_error"] is True
+    assert execute.get("allow_errors", False) is False
+    assert execute["timeout"] == CELL_TIMEOUT_S
+    assert book_config["only_build_toc_files"] is True
+
+
+def test_config_links_to_the_repository_and_colab(book_config):
+    repository = book_config["repository"]
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", repository["url"])
+    assert repository["branch"] == "main"
+    assert repository["path_to_book"] == ""
+    launch = book_config["launch_buttons"]
+    assert launch["colab_url"] == "https://colab.research.google.com"
+    assert not launch.get("binderhub_url") and not launch.get("thebe")
+    assert book_config["html"]["use_repository_button"] is True
+    assert book_config["html"]["use_issues_button"] is True
+    for bibfile in book_config["bibtex_bibfiles"]:
+        assert (ROOT / bibfile).is_file(), f"bibtex file {bibfile} is missing"
+
+
+# --- the strict build and the executed notebooks --------------------------------------------
+
+
+@pytest.mark.book
+def test_book_builds_with_every_toc_page(built_book, toc):
+    assert (built_book / "index.html").is_file()
+    missing = [entry for entry in toc_entries(toc) if not (built_book / f"{entry}.html").is_file()]
+    assert not missing, f"pages missing from {built_book}: {missing}"
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("notebook", toc_notebooks(), ids=relative)
+def test_built_notebook_page_is_executed_and_opens_in_colab(notebook, built_book, book_config):
+    page = relative(notebook.with_suffix(".html"))
+    html = (built_book / page).read_text(encoding="utf-8")
+    assert "cell_output" in html, f"{page} shows no executed output"
+    repository = book_config["repository"]
+    owner_repo = repository["url"].removeprefix("https://github.com/")
+    colab = (
+        f"https://colab.research.google.com/github/{owner_repo}/blob/"
+        f"{repository['branch']}/{relative(notebook)}"
+    )
+    assert colab in html, f"{page} has no launch button to {colab}"
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("notebook", toc_notebooks(), ids=relative)
+def test_notebook_runs_under_nbval(notebook):
+    command = [
+        sys.executable, "-m", "pytest", relative(notebook),
+        "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={CELL_TIMEOUT_S}",
+        "-p", "no:cacheprovider", "-q",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        env=kernel_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"nbval failed on {relative(notebook)} (exit code {result.returncode}):\n"
+        f"{tail(result.stdout)}"
+    )
