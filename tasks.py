@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -40,12 +41,34 @@ def run(*cmd: str | Path, env: dict[str, str] | None = None) -> int:
 
 
 def ensure_system_packages() -> None:
-    """Install the operating-system packages that the tests need.
+    """Install the operating-system packages that the tests need: a headless Chromium.
 
-    Nothing yet. The browser tests of the HTML book will need a headless Chromium
-    (`apt-get install -y chromium`, which puts `chromium` on the PATH); install it here,
-    only when missing, before pytest runs.
+    The browser tests of the HTML book (tests/test_browser.py) drive Debian's `chromium`, found on
+    the PATH, with Playwright; Playwright's own browser download is never used. When `chromium`
+    is missing, install it with apt-get, through sudo when not running as root.
     """
+    if shutil.which("chromium"):
+        return
+    apt = shutil.which("apt-get")
+    if apt is None:
+        sys.exit(
+            "[tasks] the browser tests need `chromium` on the PATH and there is no apt-get to "
+            "install it: install Chromium with your package manager, as a `chromium` command."
+        )
+    sudo: list[str] = []
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        if shutil.which("sudo") is None:
+            sys.exit("[tasks] `chromium` is missing: as root, run apt-get install -y chromium")
+        sudo = ["sudo", "env", "DEBIAN_FRONTEND=noninteractive"]  # sudo drops the environment
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    say("chromium is missing: installing it for the browser tests")
+    installed = (
+        run(*sudo, apt, "update", env=env) == 0
+        and run(*sudo, apt, "install", "-y", "chromium", env=env) == 0
+        and shutil.which("chromium")
+    )
+    if not installed:
+        sys.exit("[tasks] could not install chromium; run apt-get install -y chromium yourself")
 
 
 def requirements_hash() -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,6 +17,9 @@ HTML_DIR = BUILD_DIR / "html"
 BUILD_LOG = BUILD_DIR / "book-build.log"
 BUILD_COMMAND = ("jupyter-book", "build", ".", "--all", "-W", "-n", "--keep-going")
 LOG_TAIL_LINES = 80
+# What the browser test saw (pages, figures, controls moved, requests refused), for the summary
+# that tests/conftest.py prints at the end of the run.
+BROWSER_SUMMARY = pytest.StashKey[dict]()
 
 
 def venv_executable(name: str) -> str:
@@ -84,3 +90,12 @@ def toc_notebooks() -> list[Path]:
     """The notebooks listed in _toc.yml, in reading order."""
     entries = toc_entries(read_yaml("_toc.yml"))
     return [ROOT / f"{entry}.ipynb" for entry in entries if (ROOT / f"{entry}.ipynb").exists()]
+
+
+def explorer_frames(html: str) -> tuple[dict[str, str], str]:
+    """All frames of a static figure by key, and the key of the frame shown first."""
+    stored = re.search(r'<script type="application/json" class="vbx-frames">(.*?)</script>', html)
+    first = re.search(r'<img class="vbx-frame" data-key="([\d,]*)" src="([^"]+)"', html)
+    frames = json.loads(stored[1])
+    assert first[1] not in frames, "the first frame is stored once, in the <img>"
+    return {**frames, first[1]: first[2]}, first[1]

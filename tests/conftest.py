@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from booktools import (
+    BROWSER_SUMMARY,
     BUILD_COMMAND,
     BUILD_DIR,
     BUILD_LOG,
@@ -61,3 +62,20 @@ def built_book() -> Path:
             pytrace=False,
         )
     return HTML_DIR
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config):
+    """Print what the browser test of the HTML book saw, when it ran."""
+    summary = config.stash.get(BROWSER_SUMMARY, None)
+    if summary is None:
+        return
+    terminalreporter.write_sep("-", "the HTML book in headless Chromium")
+    terminalreporter.write_line(
+        f"{summary['pages']} pages, {summary['explorers']} interactive figures, "
+        f"{summary['controls_moved']} controls moved through {summary['values_set']} values "
+        f"({summary['picture_changes']} picture changes), "
+        f"{summary['requests_blocked']} requests to other machines refused; largest page "
+        f"{summary['largest_page_bytes'] / 1e6:.2f} MB of HTML, "
+        f"{summary['largest_page_with_resources_bytes'] / 1e6:.2f} MB with everything it loads"
+    )
+    terminalreporter.write_line(f"screenshots and summary.json: {BUILD_DIR / 'screenshots'}")

@@ -137,6 +137,37 @@ def test_config_links_to_the_repository_and_colab(book_config):
         assert (ROOT / bibfile).is_file(), f"bibtex file {bibfile} is missing"
 
 
+def test_config_keeps_pages_offline(book_config):
+    sphinx = book_config["sphinx"]
+    assert "sphinx-mathjax-offline" in sphinx["extra_extensions"]
+    assert sphinx["local_extensions"] == {"offline_book": "book/_ext"}
+    config = sphinx["config"]
+    assert "://" not in config["mathjax_path"], "MathJax is served from the build, not a CDN"
+    assert config["nb_ipywidgets_js"] == {}, "no widget manager or require.js from a CDN"
+    assert ["html", "application/vnd.jupyter.widget-view+json", None] in config[
+        "nb_mime_priority_overrides"
+    ], "the HTML book shows the static version of an interactive figure"
+
+
+def test_offline_check_flags_remote_and_missing_resources(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "book" / "_ext"))
+    import offline_book
+    (tmp_path / "here.js").write_text("", encoding="utf-8")
+    page = tmp_path / "page.html"
+    page.write_text(
+        '<script src="here.js?v=1"></script><script src="https://cdn.example.org/x.js"></script>'
+        '<link rel="stylesheet" href="//fonts.example.org/f.css"><link rel="canonical" '
+        'href="https://example.org/"><img src="data:image/png;base64,AAAA"><img src="gone.png">'
+        '<a href="https://example.org/elsewhere">a link is not a request</a>',
+        encoding="utf-8",
+    )
+    assert offline_book.problems(page) == [
+        "loads https://cdn.example.org/x.js from another machine",
+        "loads //fonts.example.org/f.css from another machine",
+        "refers to gone.png, which is not in the build",
+    ]
+
+
 # --- the strict build and the executed notebooks --------------------------------------------
 
 

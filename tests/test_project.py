@@ -148,3 +148,19 @@ def test_repository_url_is_the_same_everywhere():
             if (found, branch) != (owner_repo, config["branch"])
         ]
     assert not wrong, f"copies of the repository URL that differ from _config.yml: {wrong}"
+
+
+def test_the_publish_workflow_builds_with_the_readme_command_and_deploys_the_html():
+    workflow = yaml.safe_load((ROOT / ".github/workflows/publish.yml").read_text(encoding="utf-8"))
+    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as True
+    assert triggers["push"]["branches"] == ["main"] and "workflow_dispatch" in triggers
+    assert workflow["permissions"]["pages"] == "write"
+    assert workflow["permissions"]["id-token"] == "write"
+    build = workflow["jobs"]["build"]["steps"]
+    assert any(step.get("run") == "python3 tasks.py book" for step in build)
+    assert "python3 tasks.py book" in (ROOT / "README.md").read_text(encoding="utf-8")
+    upload = [step for step in build if step.get("uses", "").startswith("actions/upload-pages")]
+    assert upload and upload[0]["with"]["path"] == "_build/html"
+    deploy = workflow["jobs"]["deploy"]
+    assert deploy["needs"] == "build"
+    assert deploy["steps"][0]["uses"].startswith("actions/deploy-pages@")

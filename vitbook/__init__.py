@@ -2,6 +2,8 @@
 
 Modules, in the order of the chapters: :mod:`vitbook.patches`, :mod:`vitbook.positional`,
 :mod:`vitbook.attention`, :mod:`vitbook.encoder`, :mod:`vitbook.vit`, :mod:`vitbook.axial`.
+Helpers, imported on demand: :mod:`vitbook.data` (sample photos, offline),
+:mod:`vitbook.plotting` (matplotlib figures) and :mod:`vitbook.widgets` (interactive figures).
 Importing vitbook has no side effects and imports no optional dependency.
 """
 

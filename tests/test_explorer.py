@@ -1,0 +1,284 @@
+"""explore() and Explorer: live widgets, the static HTML, the MIME bundle, and clear errors."""
+
+import base64
+import io
+import os
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import ipywidgets
+import numpy as np
+import pytest
+import torch
+from booktools import explorer_frames
+from matplotlib.figure import Figure
+from PIL import Image
+
+from vitbook.explorer import MAX_FRAMES, explore
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+calls = []
+
+
+def plot_line(slope, colour="C0"):
+    calls.append((slope, colour))
+    fig = Figure(figsize=(2, 1.5))
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, slope], color=colour)
+    ax.set_ylim(-3, 3)
+    return fig
+
+
+@pytest.fixture
+def lines():
+    calls.clear()
+    return explore(plot_line, slope=[-2, 0, 2], colour=["C0", "C3"])
+
+
+def shown_png(output: ipywidgets.Output) -> bytes:
+    (shown,) = output.outputs
+    return base64.b64decode(shown["data"]["image/png"])
+
+
+def png(uri: str) -> Image.Image:
+    assert uri.startswith("data:image/png;base64,")
+    return Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1])))
+
+
+# --- live mode -------------------------------------------------------------------------------
+
+
+def test_live_controls_are_a_slider_for_numbers_and_a_menu_for_strings(lines):
+    box = lines.live()
+    slider, menu, output = box.children
+    assert isinstance(slider, ipywidgets.SelectionSlider)
+    assert isinstance(menu, ipywidgets.Dropdown)
+    assert isinstance(output, ipywidgets.Output)
+    assert list(slider.options) == ["-2", "0", "2"] and slider.value == "0"  # middle value
+    assert list(menu.options) == ["C0", "C3"] and menu.value == "C0"  # first entry
+    assert slider.continuous_update is False
+    assert (slider.description, menu.description) == ("slope", "colour")
+    assert calls == [(0, "C0")]  # the default figure, drawn once
+
+
+def test_live_moving_a_control_redraws_the_figure(lines):
+    slider, menu, output = lines.live().children
+    before = shown_png(output)
+    slider.value = "2"
+    assert calls[-1] == (2, "C0")
+    after_slider = shown_png(output)
+    assert after_slider != before
+    menu.value = "C3"
+    assert calls[-1] == (2, "C3")
+    assert shown_png(output) not in (before, after_slider)
+    assert Image.open(io.BytesIO(shown_png(output))).format == "PNG"
+
+
+def test_live_errors_show_under_the_controls():
+    def fails_on_one(value):
+        if value == 1:
+            raise ValueError("value 1 is not drawable")
+        return plot_line(value)
+
+    slider, output = explore(fails_on_one, value=[0, 1, 2], defaults={"value": 0}).live().children
+    slider.value = "1"
+    (shown,) = output.outputs
+    assert shown["output_type"] == "stream" and shown["name"] == "stderr"
+    assert "ValueError: value 1 is not drawable" in shown["text"]
+    slider.value = "2"
+    assert shown_png(output)
+
+
+def test_labels_name_the_controls_and_continuous_update_is_passed_on():
+    explorer = explore(plot_line, slope=[1, 2], labels={"slope": "slope m"}, continuous_update=True)
+    slider, _ = explorer.live().children
+    assert slider.description == "slope m" and slider.continuous_update is True
+
+
+# --- static HTML and the MIME bundle --------------------------------------------------------
+
+
+def test_static_html_has_one_frame_per_combination(lines):
+    html = lines.to_html()
+    frames, first = explorer_frames(html)
+    assert set(frames) == {f"{i},{j}" for i in range(3) for j in range(2)}
+    assert html.count("data:image/png;base64,") == lines.num_frames == 6
+    assert first == "1,0"  # slope 0 (middle value), colour C0 (first entry)
+    assert len(set(frames.values())) == 6, "every combination gives its own picture"
+    assert all(png(uri).mode == "P" for uri in frames.values()), "frames are palette PNGs"
+    assert sorted(calls) == sorted((s, c) for s in (-2, 0, 2) for c in ("C0", "C3"))
+
+
+def test_static_html_controls_match_the_parameters(lines):
+    html = lines.to_html()
+    assert re.search(r'<input type="range" data-param="slope" min="0" max="2"[^>]*value="1"', html)
+    assert "<output>0</output>" in html
+    assert re.search(
+        r'<select data-param="colour"[^>]*><option value="0" selected>C0</option>'
+        r'<option value="1">C3</option></select>',
+        html,
+    )
+    assert "://" not in html, "the static figure must not name any URL"
+
+
+def test_static_html_starts_at_the_defaults():
+    html = explore(
+        plot_line, slope=[-2, 0, 2], colour=["C0", "C3"], defaults={"slope": 2, "colour": "C3"}
+    ).to_html()
+    _, first = explorer_frames(html)
+    assert first == "2,1"
+
+
+def test_mime_bundle_holds_the_widget_view_and_the_static_html(lines):
+    bundle = lines._repr_mimebundle_()
+    view = bundle[WIDGET_VIEW]
+    assert view["version_major"] == 2 and view["version_minor"] == 0
+    assert re.fullmatch(r"[0-9a-f]{32}", view["model_id"])
+    assert explorer_frames(bundle["text/html"])[0].keys() == {
+        f"{i},{j}" for i in range(3) for j in range(2)
+    }
+    assert bundle["text/plain"] == repr(lines)
+    assert repr(lines) == "Explorer(plot_line; slope: 3 values, colour: 2 values; 6 frames)"
+
+
+def test_colab_gets_the_live_widget_only(lines, monkeypatch):
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    bundle = lines._repr_mimebundle_()
+    assert "text/html" not in bundle and WIDGET_VIEW in bundle
+    assert calls == [(0, "C0")], "only the live figure was drawn"
+
+
+def test_explore_closes_pyplot_figures():
+    import matplotlib.pyplot as plt
+
+    def with_pyplot(n):
+        fig, ax = plt.subplots(figsize=(2, 1))
+        ax.plot(range(n))
+        return fig
+
+    before = plt.get_fignums()
+    explore(with_pyplot, n=[2, 3, 4]).to_html()
+    assert plt.get_fignums() == before
+
+
+def test_importing_the_widgets_module_does_not_import_ipywidgets():
+    probe = "import sys, vitbook.widgets; assert 'ipywidgets' not in sys.modules"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# --- bad arguments ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"slope": []}, ValueError, r"slope has no values; pass at least one"),
+        (
+            {"slope": [1], "width": [1]},
+            ValueError,
+            r"plot_line\(\) has no parameter 'width'; its parameters are slope, colour",
+        ),
+        ({"colour": ["C0"]}, ValueError, r"plot_line\(\) needs 'slope', which got no values"),
+        (
+            {"slope": [-2, 0, 2], "defaults": {"slope": 5}},
+            ValueError,
+            r"defaults\['slope'\]=5 is not one of the values of slope: -2, 0, 2",
+        ),
+        (
+            {"slope": [1], "defaults": {"width": 1}},
+            ValueError,
+            r"defaults names \['width'\], which are not parameters; the parameters are slope",
+        ),
+        ({"slope": [1], "labels": {"sloep": "m"}}, ValueError, r"labels names \['sloep'\]"),
+        (
+            {"slope": range(MAX_FRAMES + 1)},
+            ValueError,
+            r"401 slope = 401 combinations is more than MAX_FRAMES=400",
+        ),
+        (
+            {"slope": range(21), "colour": [f"C{i}" for i in range(20)]},
+            ValueError,
+            r"21 slope x 20 colour = 420 combinations",
+        ),
+        ({"slope": 3}, TypeError, r"slope=3 is not a list of values to choose from"),
+        ({"slope": "abc"}, TypeError, r"slope='abc' is not a list"),
+        ({"slope": torch.zeros(2, 2)}, TypeError, r"is not a list of values"),
+        ({"slope": [1, 1.0]}, ValueError, r"slope has repeated values \['1', '1.0'\]|repeated"),
+        ({"slope": [1], "dpi": 0}, ValueError, r"dpi=0 must be a positive number"),
+        ({}, ValueError, r"explore needs at least one parameter"),
+    ],
+)
+def test_bad_arguments_raise_clear_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        explore(plot_line, **kwargs)
+
+
+def test_plot_fn_must_be_callable_and_return_a_figure():
+    with pytest.raises(TypeError, match="plot_fn must be a function returning a Figure"):
+        explore("plot_line", slope=[1])
+    explorer = explore(lambda slope: None, slope=[1])
+    with pytest.raises(TypeError, match="returned NoneType, not a matplotlib Figure"):
+        explorer.to_html()
+
+
+def test_values_can_be_arrays_ranges_and_labelled_dicts():
+    assert explore(plot_line, slope=torch.tensor([1.0, 2.0])).params[0].options == (
+        ("1", 1.0),
+        ("2", 2.0),
+    )
+    labelled = explore(plot_line, slope={"flat": 0, "steep": 3}, defaults={"slope": 3})
+    (param,) = labelled.params
+    assert param.options == (("flat", 0), ("steep", 3)) and param.default == 1
+
+
+# --- in a real kernel -------------------------------------------------------------------------
+
+KERNEL_CELLS = [
+    "from matplotlib.figure import Figure\n"
+    "from vitbook.widgets import explore\n"
+    "calls = []\n\n\n"
+    "def plot_line(slope, colour='C0'):\n"
+    "    calls.append((slope, colour))\n"
+    "    fig = Figure(figsize=(2, 1.5))\n"
+    "    ax = fig.add_subplot()\n"
+    "    ax.plot([0, 1], [0, slope], color=colour)\n"
+    "    ax.set_ylim(-3, 3)\n"
+    "    return fig",
+    "explorer = explore(plot_line, slope=[-2, 0, 2])\nexplorer",
+    "box = explorer.live()\nbox.children[0].value = '2'\nprint(calls)",
+]
+
+
+def test_in_a_kernel_a_moved_slider_redraws_inside_the_output_widget(monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    # The notebook kernel is this environment's Python (its ipykernel kernelspec runs `python`).
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in KERNEL_CELLS])
+    NotebookClient(nb, kernel_name="python3", timeout=120).execute()
+    shown = nb.cells[1].outputs[0]["data"]
+    assert set(shown) >= {WIDGET_VIEW, "text/html", "text/plain"}, "one bundle, both versions"
+    # Displayed: the live default (0), then the three static frames; then a new live widget: its
+    # default, and 2 once the slider moved.
+    drawn = "[(0, 'C0'), (-2, 'C0'), (0, 'C0'), (2, 'C0'), (0, 'C0'), (2, 'C0')]\n"
+    assert nb.cells[2].outputs[0]["text"] == drawn
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    model = shown[WIDGET_VIEW]["model_id"]
+    assert state[model]["model_name"] == "VBoxModel"
+    second_box_output = [
+        m["state"]["outputs"]
+        for m in state.values()
+        if m["model_name"] == "OutputModel" and m["state"]["outputs"]
+    ][-1]
+    (picture,) = second_box_output  # clear_output(wait=True) left one picture, the new one
+    shown_now = Image.open(io.BytesIO(base64.b64decode(picture["data"]["image/png"])))
+    local = explore(plot_line, slope=[-2, 0, 2])
+    expected = Image.open(io.BytesIO(local.png((2,))))
+    default = Image.open(io.BytesIO(local.png((1,))))
+    assert np.array_equal(np.asarray(shown_now), np.asarray(expected))
+    assert not np.array_equal(np.asarray(shown_now), np.asarray(default))

@@ -1,0 +1,110 @@
+"""The plot_* functions: a figure that shows the right numbers, released by pyplot."""
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from vitbook import axial_attention_mask, sincos_1d, sincos_2d
+from vitbook.plotting import (
+    plot_attention_map,
+    plot_axial_reach,
+    plot_patch_grid,
+    plot_position_similarity,
+    plot_sincos,
+)
+
+GH, GW = 3, 5  # all sizes differ, so a swapped axis cannot pass unnoticed
+
+
+@pytest.fixture(autouse=True)
+def no_figures_left_open():
+    before = plt.get_fignums()
+    yield
+    assert plt.get_fignums() == before, "plot_* must return figures that pyplot has released"
+
+
+def test_patch_grid_shows_the_image_the_grid_and_the_sequence():
+    image = torch.rand(3, GH * 8, GW * 8)
+    fig = plot_patch_grid(image, 8, num_shown=4)
+    assert isinstance(fig, Figure)
+    main, *strip = fig.axes
+    assert main.get_title() == f"P = 8: a {GH} x {GW} grid of N = {GH * GW} patches"
+    np.testing.assert_allclose(main.images[0].get_array(), image.permute(1, 2, 0).numpy())
+    # 4 patches, "...", and the last patch; each thumbnail is its patch, numbered.
+    assert [ax.get_title() for ax in strip] == ["0", "1", "2", "3", "", "14"]
+    last = image[:, 2 * 8 : 3 * 8, 4 * 8 : 5 * 8].permute(1, 2, 0).numpy()  # row 2, column 4
+    np.testing.assert_allclose(strip[-1].images[0].get_array(), last)
+    labels = {t.get_text() for t in main.texts}
+    assert labels == {str(k) for k in range(GH * GW)}
+    assert any("C x P x P = 3 x 8 x 8 = 192 numbers" in t.get_text() for t in fig.texts)
+
+
+def test_patch_grid_rejects_a_patch_size_that_does_not_divide_the_image():
+    with pytest.raises(ValueError, match="image width=40 is not a multiple of patch_size=16"):
+        plot_patch_grid(torch.rand(3, 32, 40), 16)
+
+
+def test_sincos_marks_the_position_and_draws_the_channel():
+    fig = plot_sincos(5, 3, base=100.0, num_positions=16, dim=8)
+    table_ax, curve_ax = fig.axes
+    table = sincos_1d(16, 8, base=100.0).numpy()
+    np.testing.assert_allclose(table_ax.images[0].get_array(), table)
+    marker = curve_ax.lines[-1]  # the highlighted point
+    assert marker.get_xdata()[0] == 5 and marker.get_ydata()[0] == pytest.approx(table[5, 3])
+    samples = curve_ax.lines[1]
+    np.testing.assert_allclose(samples.get_ydata(), table[:, 3])
+    assert "channel 3: cos(pos / 100^(2/8))" in curve_ax.get_title()
+    assert f"PE[5, 3] = {table[5, 3]:+.3f}" in curve_ax.get_title()
+    with pytest.raises(ValueError, match="position=16 is outside 0 .. 15"):
+        plot_sincos(16, 0, num_positions=16, dim=8)
+
+
+def test_position_similarity_is_the_cosine_similarity_on_the_grid():
+    embedding = sincos_2d((GH, GW), 16)
+    query = 7  # row 1, column 2
+    fig = plot_position_similarity(embedding, (GH, GW), query, title="2D")
+    shown = fig.axes[0].images[0].get_array()
+    unit = embedding / embedding.norm(dim=1, keepdim=True)
+    np.testing.assert_allclose(shown, (unit @ unit[query]).reshape(GH, GW).numpy(), atol=1e-6)
+    assert shown.shape == (GH, GW) and shown[1, 2] == pytest.approx(1.0)
+    assert fig.axes[0].get_title() == "2D: similarity to patch 7 (row 1, col 2)"
+
+
+@pytest.mark.parametrize(
+    ("embedding", "query", "message"),
+    [
+        (torch.randn(GH * GW + 1, 8), 0, r"embedding has 16 rows but grid_size=\(3, 5\) has 15"),
+        (torch.randn(GH * GW, 8), 15, r"query=15 is not a patch index of the 3x5 grid"),
+    ],
+)
+def test_position_similarity_errors(embedding, query, message):
+    with pytest.raises(ValueError, match=message):
+        plot_position_similarity(embedding, (GH, GW), query)
+
+
+def test_attention_map_shows_the_weights_on_the_grid():
+    weights = torch.softmax(torch.randn(GH, GW).flatten(), 0).reshape(GH, GW)
+    fig = plot_attention_map(torch.rand(3, GH * 4, GW * 4), weights, 7, title="layer 0, head 1")
+    image_ax, map_ax, _ = fig.axes
+    np.testing.assert_allclose(map_ax.images[0].get_array(), weights.numpy())
+    assert map_ax.get_title() == "layer 0, head 1: attention weights"
+    assert image_ax.get_title() == "query: patch 7 (row 1, col 2)"
+    with pytest.raises(ValueError, match="weights of a 3x5 grid do not tile an image of 12x16"):
+        plot_attention_map(torch.rand(3, 12, 16), weights, 0)
+
+
+def test_axial_reach_counts_full_row_and_two_hop_reach():
+    query = 7
+    fig = plot_axial_reach((GH, GW), query)
+    full, row, two = (ax.images[0].get_array() for ax in fig.axes)
+    assert (full > 0).all()
+    rows = axial_attention_mask((GH, GW), "rows")[query].reshape(GH, GW).numpy()
+    np.testing.assert_array_equal(row > 0, rows)  # one row layer: the query's row only
+    assert (two > 0).all() and (two == 2).sum() == GH and (two[:, 2] == 2).all()  # relays
+    assert [ax.get_title().splitlines()[1] for ax in fig.axes] == [
+        "reaches 15 of 15",
+        "reaches 5 of 15",
+        "reaches 15 of 15",
+    ]

@@ -1,0 +1,95 @@
+"""The static version of an interactive figure: plain HTML controls, the frames, a short script.
+
+The output is one ``<div class="vitbook-explorer">`` that needs nothing from outside itself::
+
+    <style>             scoped to .vitbook-explorer
+    <div vbx-controls>  one <input type="range"> (value = index, readout in <output>) or <select>
+                        per parameter, in the order of the parameters
+    <img vbx-frame>     the default frame; data-key holds its key
+    <script json>       every other frame: {"i0,i1,...": "data:image/png;base64,..."}, where ik
+                        is the index of the k-th parameter's value
+    <script>            on every input or change, join the controls' indices into a key and show
+                        that frame; ES5, no library, no request
+
+See chapter: How the interactive figures work.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+
+__all__ = ["render"]
+
+
+def render(params: Sequence, frames: dict[str, str]) -> str:
+    """The HTML of one figure, from its parameters (``vitbook.explorer.Param``) and all frames."""
+    frames = dict(frames)
+    key = ",".join(str(p.default) for p in params)
+    first = frames.pop(key)  # shown by the <img> itself; the script adds it back
+    controls = "".join(_control(p) for p in params)
+    names = ", ".join(p.label for p in params)
+    return (
+        f'<div class="vitbook-explorer">{STYLE}<div class="vbx-controls">{controls}</div>'
+        f'<img class="vbx-frame" data-key="{key}" src="{first}" '
+        f'alt="{html.escape(f"figure with controls for {names}")}">'
+        f'<script type="application/json" class="vbx-frames">{json.dumps(frames)}</script>'
+        f'<script class="vbx-js">{SCRIPT}</script></div>'
+    )
+
+
+def _control(p) -> str:
+    label = html.escape(p.label)
+    if p.is_dropdown:
+        options = "".join(
+            f'<option value="{i}"{" selected" * (i == p.default)}>{html.escape(text)}</option>'
+            for i, (text, _) in enumerate(p.options)
+        )
+        select = f'<select data-param="{p.name}" autocomplete="off">{options}</select>'
+        return f"<label>{label} {select}</label>"
+    texts = html.escape(json.dumps([text for text, _ in p.options]))
+    return (
+        f'<label>{label} <input type="range" data-param="{p.name}" min="0" '
+        f'max="{len(p.options) - 1}" step="1" value="{p.default}" autocomplete="off" '
+        f'data-labels="{texts}"><output>{html.escape(p.options[p.default][0])}</output></label>'
+    )
+
+
+STYLE = (
+    "<style>.vitbook-explorer{margin:0.5em 0}"
+    ".vitbook-explorer .vbx-controls{display:flex;flex-wrap:wrap;gap:0.4em 2em;margin:0 0 0.5em}"
+    ".vitbook-explorer label{display:inline-flex;align-items:center;gap:0.6em;margin:0}"
+    ".vitbook-explorer input[type=range]{width:14em}"
+    ".vitbook-explorer output{min-width:7em;font-variant-numeric:tabular-nums;font-weight:600}"
+    ".vitbook-explorer img{max-width:100%;height:auto;display:block}</style>"
+)
+
+# Show the frame of the current controls; ES5, no library, nothing loaded from anywhere.
+SCRIPT = """(function () {
+  var scripts = document.querySelectorAll(".vitbook-explorer > script.vbx-js");
+  var root = (document.currentScript || scripts[scripts.length - 1]).parentNode;
+  var img = root.querySelector("img.vbx-frame");
+  var frames = JSON.parse(root.querySelector("script.vbx-frames").textContent);
+  frames[img.getAttribute("data-key")] = img.getAttribute("src");
+  var controls = root.querySelectorAll("[data-param]");
+  function show() {
+    var key = [];
+    for (var i = 0; i < controls.length; i++) {
+      var control = controls[i];
+      key.push(control.value);
+      if (control.type === "range") {
+        var texts = JSON.parse(control.getAttribute("data-labels"));
+        control.parentNode.querySelector("output").textContent = texts[control.value];
+      }
+    }
+    img.setAttribute("data-key", key.join(","));
+    img.src = frames[key.join(",")];
+  }
+  for (var i = 0; i < controls.length; i++) {
+    controls[i].addEventListener("input", show);
+    controls[i].addEventListener("change", show);
+  }
+  show();
+  root.setAttribute("data-ready", "true");
+})();"""

@@ -1,0 +1,132 @@
+"""Real images that ship inside well-kept libraries, so that nothing is ever downloaded.
+
+``sample_image("grace_hopper")`` is the portrait of Grace Hopper bundled with matplotlib (512 x 600
+pixels, RGB). ``"china"`` and ``"flower"`` are the two photos bundled with scikit-learn (427 x 640
+each), which is imported only when one of them is asked for.
+
+Images come back as float tensors (C, H, W) in [0, 1], the layout that :func:`vitbook.patchify` and
+:class:`vitbook.PatchEmbedding` expect once a batch dimension is added with ``.unsqueeze(0)``.
+
+See chapter: Images as sequences of patches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vitbook import _checks
+
+__all__ = ["SAMPLE_IMAGES", "sample_image"]
+
+SAMPLE_IMAGES = ("grace_hopper", "china", "flower")
+
+
+def _load(name: str) -> np.ndarray:
+    """The bundled photo as a (H, W, 3) uint8 array."""
+    if name == "grace_hopper":
+        from matplotlib import cbook
+        from PIL import Image
+
+        with Image.open(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)) as image:
+            return np.asarray(image.convert("RGB"))
+    try:
+        from sklearn.datasets import load_sample_image
+    except ImportError as error:  # pragma: no cover - scikit-learn is in the book's environment
+        raise ImportError(
+            f"sample_image({name!r}) needs scikit-learn (pip install scikit-learn); "
+            "'grace_hopper' needs only matplotlib."
+        ) from error
+    return load_sample_image(f"{name}.jpg")
+
+
+def sample_image(
+    name: str = "grace_hopper", size: int | tuple[int, int] | None = 224
+) -> torch.Tensor:
+    """A real photo as a float tensor (C, H, W) with values in [0, 1], offline.
+
+    With ``size``, the photo is first cropped to the aspect ratio of ``size`` around its centre
+    (so nothing is stretched) and then resized with an antialiasing filter.
+
+    Args:
+        name: ``"grace_hopper"`` (matplotlib), ``"china"`` or ``"flower"`` (scikit-learn).
+        size: (H, W) of the result, or one int for a square image; ``None`` keeps the original.
+
+    Returns:
+        (3, H, W) float32 in [0, 1].
+
+    Raises:
+        ValueError: an unknown ``name``, or a size that is not positive.
+
+    Example:
+        >>> image = sample_image("grace_hopper", size=(64, 96))
+        >>> image.shape, image.dtype
+        (torch.Size([3, 64, 96]), torch.float32)
+        >>> 0.0 <= image.min().item() and image.max().item() <= 1.0
+        True
+
+    See chapter: Images as sequences of patches.
+    """
+    _checks.choice("name", name, SAMPLE_IMAGES)
+    pixels = _load(name)  # (H, W, 3) uint8
+    if size is not None:
+        from PIL import Image
+
+        out_h, out_w = _checks.pair("size", size)
+        in_h, in_w = pixels.shape[:2]
+        # The largest centred crop with the aspect ratio of the requested size.
+        crop_h, crop_w = (
+            min(in_h, round(in_w * out_h / out_w)),
+            min(in_w, round(in_h * out_w / out_h)),
+        )
+        top, left = (in_h - crop_h) // 2, (in_w - crop_w) // 2
+        image = Image.fromarray(pixels[top : top + crop_h, left : left + crop_w])
+        pixels = np.asarray(image.resize((out_w, out_h), Image.Resampling.LANCZOS))
+    image = torch.from_numpy(pixels.copy()).permute(2, 0, 1)  # (H, W, C) -> (C, H, W)
+    return image.float() / 255
+
+
+def load_digits_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scikit-learn's handwritten digits as image tensors, split 75/25 the same way every time.
+
+    The 1,797 digits of ``sklearn.datasets.load_digits`` are 8 x 8 grey images with integer
+    values 0 to 16 (pen strokes are high). They are scaled to [0, 1] and split with
+    ``train_test_split(test_size=0.25, stratify=labels, random_state=0)``: 1,347 training and
+    450 test images, every class in the same proportion in both. scikit-learn is imported only
+    when this function is called.
+
+    Returns:
+        ``(train_images, train_labels, test_images, test_labels)``: images (B, 1, 8, 8) float32 in
+        [0, 1], labels (B,) int64 in 0..9.
+
+    Raises:
+        ImportError: when scikit-learn is not installed.
+
+    Example:
+        >>> x_train, y_train, x_test, y_test = load_digits_split()
+        >>> x_train.shape, x_test.shape, y_train.dtype
+        (torch.Size([1347, 1, 8, 8]), torch.Size([450, 1, 8, 8]), torch.int64)
+        >>> 0.0 == x_train.min().item() and x_train.max().item() == 1.0
+        True
+
+    See chapter: Training and classification.
+    """
+    try:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError as error:  # pragma: no cover - scikit-learn is in the book's environment
+        raise ImportError(
+            "load_digits_split() needs scikit-learn: pip install scikit-learn"
+        ) from error
+    digits = load_digits()
+    images = digits.images.astype(np.float32)[:, None] / 16.0  # (B, 1, 8, 8), 16 is the maximum
+    labels = digits.target.astype(np.int64)  # (B,)
+    x_train, x_test, y_train, y_test = train_test_split(
+        images, labels, test_size=0.25, stratify=labels, random_state=0
+    )
+    return (
+        torch.from_numpy(x_train),
+        torch.from_numpy(y_train),
+        torch.from_numpy(x_test),
+        torch.from_numpy(y_test),
+    )

@@ -1,0 +1,340 @@
+"""explore() and Explorer: one figure with controls, live in a kernel and static in a web page.
+
+:func:`explore` checks its arguments and returns an :class:`Explorer`. ``Explorer.live()`` builds
+the ipywidgets version, ``Explorer.to_html()`` the static one (every frame drawn, palette-quantised
+and embedded, with a short inline script), and displaying an explorer produces one MIME bundle
+holding both. Why, and how the HTML book picks the static one: :mod:`vitbook.widgets`, which is
+also where these names are imported from.
+
+See chapter: How the interactive figures work.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import io
+import itertools
+import math
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from vitbook import _static_page
+
+__all__ = ["MAX_FRAMES", "Explorer", "Param", "explore"]
+
+MAX_FRAMES = 400
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One control: its parameter name, its label, its (label, value) options, the default index."""
+
+    name: str
+    label: str
+    options: tuple[tuple[str, object], ...]
+    default: int
+
+    @property
+    def is_dropdown(self) -> bool:
+        return all(isinstance(value, str) for _, value in self.options)
+
+
+def _label(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _options(name: str, values: object) -> tuple[tuple[str, object], ...]:
+    if isinstance(values, Mapping):
+        options = [(str(label), value) for label, value in values.items()]
+    elif isinstance(values, (torch.Tensor, np.ndarray)) and values.ndim == 1:
+        options = [(_label(v), v) for v in values.tolist()]
+    elif isinstance(values, (str, bytes, torch.Tensor, np.ndarray)) or not hasattr(
+        values, "__iter__"
+    ):
+        raise TypeError(
+            f"{name}={values!r} is not a list of values to choose from; pass a list, a range or "
+            f"a 1-D array, e.g. {name}=[{values!r}]."
+        )
+    else:
+        options = [(_label(v), v) for v in values]
+    if not options:
+        raise ValueError(f"{name} has no values; pass at least one, e.g. {name}=[1, 2, 3].")
+    labels = [label for label, _ in options]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"{name} has repeated values {labels}; list each value once.")
+    return tuple(options)
+
+
+def _index(options: tuple[tuple[str, object], ...], value: object) -> int | None:
+    for i, (_, option) in enumerate(options):
+        try:
+            if bool(option == value):
+                return i
+        except (TypeError, ValueError, RuntimeError):  # arrays, tensors: no single truth value
+            continue
+    return None
+
+
+def _check_signature(plot_fn: Callable[..., Figure], names: list[str]) -> None:
+    try:
+        parameters = inspect.signature(plot_fn).parameters.values()
+    except (TypeError, ValueError):  # some builtins have no signature: nothing to check
+        return
+    by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    accepted = [p.name for p in parameters if p.kind in by_keyword]
+    fn = getattr(plot_fn, "__name__", "plot_fn")
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        unknown = [name for name in names if name not in accepted]
+        if unknown:
+            raise ValueError(
+                f"{fn}() has no parameter {', '.join(map(repr, unknown))}; its parameters are "
+                f"{', '.join(accepted) or 'none'}. Rename the values, or wrap {fn} in a function "
+                "that takes these names."
+            )
+    missing = [
+        p.name
+        for p in parameters
+        if p.kind in by_keyword and p.default is inspect.Parameter.empty and p.name not in names
+    ]
+    if missing:
+        raise ValueError(
+            f"{fn}() needs {', '.join(map(repr, missing))}, which got no values; pass "
+            f"{missing[0]}=[...], or fix it with functools.partial({fn}, {missing[0]}=...)."
+        )
+
+
+def explore(
+    plot_fn: Callable[..., Figure],
+    *,
+    defaults: Mapping[str, object] | None = None,
+    labels: Mapping[str, str] | None = None,
+    dpi: float = 80,
+    continuous_update: bool = False,
+    **params: object,
+) -> Explorer:
+    """An interactive figure: one control per parameter, live in a kernel, static in the book.
+
+    Args:
+        plot_fn: draws one figure, ``plot_fn(**values) -> matplotlib.figure.Figure``; explore
+            closes each figure once it is turned into a picture.
+        defaults: the value each control starts at (default: the middle value of a slider, the
+            first of a drop-down menu).
+        labels: the text shown next to each control (default: the parameter name).
+        dpi: resolution of the pictures; 80 dots per inch keeps a 7-inch-wide figure readable.
+        continuous_update: redraw while a live slider is dragged (only for fast ``plot_fn``).
+        **params: for each parameter of ``plot_fn``, the values to offer: a list, a range, a 1-D
+            array, or a dict ``{label: value}``. All strings give a drop-down menu, anything
+            else a slider.
+
+    Returns:
+        An :class:`Explorer`; display it (last value of a cell) to get the figure.
+
+    Raises:
+        ValueError: no parameter, an empty list of values, a name that ``plot_fn`` does not take,
+            a default that is not among the values, unknown names in ``defaults`` or ``labels``,
+            or more than :data:`MAX_FRAMES` combinations.
+        TypeError: ``plot_fn`` is not callable, or values that are not a list.
+
+    Example:
+        >>> from vitbook.plotting import plot_sincos
+        >>> explorer = explore(plot_sincos, position=range(0, 64, 16), dimension=[0, 1, 8])
+        >>> explorer.num_frames
+        12
+        >>> explore(plot_sincos, position=[], dimension=[0])
+        Traceback (most recent call last):
+        ...
+        ValueError: position has no values; pass at least one, e.g. position=[1, 2, 3].
+
+    See chapter: How the interactive figures work.
+    """
+    if not callable(plot_fn):
+        raise TypeError(f"plot_fn must be a function returning a Figure, got {plot_fn!r}.")
+    if not params:
+        raise ValueError("explore needs at least one parameter to vary, e.g. position=range(8).")
+    if not (isinstance(dpi, (int, float)) and not isinstance(dpi, bool) and dpi > 0):
+        raise ValueError(f"dpi={dpi!r} must be a positive number, e.g. 80.")
+    _check_signature(plot_fn, list(params))
+    defaults, labels = dict(defaults or {}), dict(labels or {})
+    for what, given in (("defaults", defaults), ("labels", labels)):
+        unknown = sorted(set(given) - set(params))
+        if unknown:
+            raise ValueError(
+                f"{what} names {unknown}, which are not parameters; the parameters are "
+                f"{', '.join(params)}."
+            )
+    controls = []
+    for name, values in params.items():
+        options = _options(name, values)
+        default = 0 if all(isinstance(v, str) for _, v in options) else len(options) // 2
+        if name in defaults:
+            default = _index(options, defaults[name])
+            if default is None:
+                raise ValueError(
+                    f"defaults[{name!r}]={defaults[name]!r} is not one of the values of {name}: "
+                    f"{', '.join(label for label, _ in options)}; pick one of them."
+                )
+        controls.append(Param(name, str(labels.get(name, name)), options, default))
+    counts = [len(param.options) for param in controls]
+    if math.prod(counts) > MAX_FRAMES:
+        sizes = " x ".join(f"{n} {p.name}" for n, p in zip(counts, controls, strict=True))
+        raise ValueError(
+            f"{sizes} = {math.prod(counts)} combinations is more than MAX_FRAMES={MAX_FRAMES}, "
+            "the frames a page of the HTML book can embed and stay under 5 MB; offer fewer "
+            "values (every other one, say)."
+        )
+    return Explorer(plot_fn, tuple(controls), dpi=dpi, continuous_update=continuous_update)
+
+
+class Explorer:
+    """A figure with controls; build it with :func:`explore`.
+
+    ``live()`` builds the ipywidgets version, ``to_html()`` the static one, and displaying the
+    explorer shows both in one MIME bundle (see the module docstring).
+
+    Example:
+        >>> from vitbook.plotting import plot_axial_reach
+        >>> explorer = explore(plot_axial_reach, grid_size=[(2, 3)], query=range(6))
+        >>> explorer
+        Explorer(plot_axial_reach; grid_size: 1 value, query: 6 values; 6 frames)
+
+    See chapter: How the interactive figures work.
+    """
+
+    def __init__(
+        self,
+        plot_fn: Callable[..., Figure],
+        params: tuple[Param, ...],
+        *,
+        dpi: float,
+        continuous_update: bool,
+    ) -> None:
+        self.plot_fn, self.params = plot_fn, params
+        self.dpi, self.continuous_update = dpi, continuous_update
+
+    def __repr__(self) -> str:
+        name = getattr(self.plot_fn, "__name__", "plot_fn")
+        counts = ", ".join(
+            f"{p.name}: {len(p.options)} value{'s' * (len(p.options) != 1)}" for p in self.params
+        )
+        return f"Explorer({name}; {counts}; {self.num_frames} frames)"
+
+    @property
+    def num_frames(self) -> int:
+        """The number of combinations of values, one static frame each."""
+        return math.prod(len(p.options) for p in self.params)
+
+    def values(self, indices: tuple[int, ...]) -> dict[str, object]:
+        """The keyword arguments of ``plot_fn`` for one index into each parameter's values."""
+        return {p.name: p.options[i][1] for p, i in zip(self.params, indices, strict=True)}
+
+    def png(self, indices: tuple[int, ...], *, palette: bool = False) -> bytes:
+        """Draw one frame and return it as PNG bytes (palette-quantised for the static page)."""
+        import matplotlib.pyplot as plt
+
+        fig = self.plot_fn(**self.values(indices))
+        if not isinstance(fig, Figure):
+            raise TypeError(
+                f"plot_fn returned {type(fig).__name__}, not a matplotlib Figure; end it with "
+                "`return fig`."
+            )
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=self.dpi, facecolor="white")
+        plt.close(fig)
+        if not palette:
+            return buffer.getvalue()
+        from PIL import Image
+
+        # 256 colours without dithering: flat areas stay flat (small files), text stays sharp.
+        with Image.open(buffer) as image:
+            rgb = image.convert("RGB")
+        quantised = rgb.quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
+        buffer = io.BytesIO()
+        quantised.save(buffer, format="PNG", optimize=True)
+        return buffer.getvalue()
+
+    def live(self):
+        """The live figure: a ``VBox`` of the controls, one per parameter, then an ``Output``."""
+        import ipywidgets as widgets
+
+        controls = []
+        for p in self.params:
+            common = {
+                "options": [label for label, _ in p.options],
+                "index": p.default,
+                "description": p.label,
+                "style": {"description_width": "initial"},
+            }
+            if p.is_dropdown:
+                controls.append(widgets.Dropdown(**common))
+            else:
+                controls.append(
+                    widgets.SelectionSlider(
+                        continuous_update=self.continuous_update,
+                        layout=widgets.Layout(width="32em"),
+                        **common,
+                    )
+                )
+        out = widgets.Output()
+        from IPython import get_ipython
+        from IPython.display import display
+
+        # In a kernel, draw the way interactive_output does: inside `with out:`, whose outputs
+        # every front end (Colab's too) routes into the Output widget. Without one (a script,
+        # the tests), set the widget's outputs directly.
+        in_kernel = getattr(get_ipython(), "kernel", None) is not None
+
+        def redraw(change: object = None) -> None:
+            indices = tuple(control.index for control in controls)
+            try:
+                png = base64.b64encode(self.png(indices)).decode("ascii")
+                shown = {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {"image/png": png, "text/plain": "<Figure>"},
+                }
+            except Exception:  # show the error under the controls, as a notebook cell would
+                shown = {"output_type": "stream", "name": "stderr", "text": traceback.format_exc()}
+            if not in_kernel:
+                out.outputs = (shown,)
+                return
+            with out:
+                out.clear_output(wait=True)
+                if shown["output_type"] == "stream":
+                    print(shown["text"], file=sys.stderr)
+                else:
+                    display(shown["data"], raw=True)
+
+        for control in controls:
+            control.observe(redraw, names="index")
+        redraw()
+        return widgets.VBox([*controls, out])
+
+    def frames(self) -> dict[str, str]:
+        """Every frame as a ``data:`` URI, keyed by the indices of the values, e.g. ``"2,0"``."""
+        frames = {}
+        for indices in itertools.product(*(range(len(p.options)) for p in self.params)):
+            png = base64.b64encode(self.png(indices, palette=True)).decode("ascii")
+            frames[",".join(map(str, indices))] = f"data:image/png;base64,{png}"
+        return frames
+
+    def to_html(self) -> str:
+        """The static figure: controls, all frames and the script that switches between them."""
+        return _static_page.render(self.params, self.frames())
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict:
+        box = self.live()
+        bundle = {
+            "text/plain": repr(self),
+            WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": box.model_id},
+        }
+        if "google.colab" not in sys.modules:  # Colab shows the live widget: skip the frames
+            bundle["text/html"] = self.to_html()
+        return bundle
