@@ -30,7 +30,7 @@ def test_patch_grid_shows_the_image_the_grid_and_the_sequence():
     fig = plot_patch_grid(image, 8, num_shown=4)
     assert isinstance(fig, Figure)
     main, *strip = fig.axes
-    assert main.get_title() == f"P = 8: a {GH} x {GW} grid of N = {GH * GW} patches"
+    assert main.get_title() == f"P = 8: a {GH} x {GW} grid of Gh x Gw = {GH * GW} patches"
     np.testing.assert_allclose(main.images[0].get_array(), image.permute(1, 2, 0).numpy())
     # 4 patches, "...", and the last patch; each thumbnail is its patch, numbered.
     assert [ax.get_title() for ax in strip] == ["0", "1", "2", "3", "", "14"]

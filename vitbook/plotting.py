@@ -95,7 +95,7 @@ def plot_patch_grid(image: torch.Tensor, patch_size: int, *, num_shown: int = 10
         >>> from vitbook.data import sample_image
         >>> fig = plot_patch_grid(sample_image(size=64), patch_size=16)
         >>> fig.axes[0].get_title()
-        'P = 16: a 4 x 4 grid of N = 16 patches'
+        'P = 16: a 4 x 4 grid of Gh x Gw = 16 patches'
 
     See chapter: Images as sequences of patches.
     """
@@ -134,14 +134,14 @@ def plot_patch_grid(image: torch.Tensor, patch_size: int, *, num_shown: int = 10
             )
     for k in shown:
         _patch_box(ax, k, gw, size=patch_size, linewidth=1.5)
-    ax.set_title(f"P = {patch_size}: a {gh} x {gw} grid of N = {n} patches")
+    ax.set_title(f"P = {patch_size}: a {gh} x {gw} grid of Gh x Gw = {n} patches")
     ax.set_axis_off()
 
     fig.text(
         0.5,
         0.19,
-        f"the sequence: N = {n} tokens, each a vector of C x P x P = {c} x "
-        f"{patch_size} x {patch_size} = {c * patch_size**2} numbers",
+        f"the sequence: {n} patch tokens, each C x P x P = {c} x {patch_size} x {patch_size} = "
+        f"{c * patch_size**2} numbers",
         ha="center",
     )
     slots = [*shown[:-1], None, shown[-1]]
