@@ -1,0 +1,326 @@
+"""Looking inside a trained ViT: attention rollout, attention distance, position and filter maps.
+
+Four read-outs, each behind a figure of the literature: attention rollout (Abnar and Zuidema,
+2020; ViT paper, Figure 6), mean attention distance per head (Figure 7 right), position-embedding
+similarity (Figure 7 centre) and the principal components of the patch-embedding filters
+(Figure 7 left). All detach their inputs, so results go straight to matplotlib, and all run on
+whatever device their inputs are on.
+
+See chapter: Inside a trained ViT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+from vitbook import _checks
+
+__all__ = [
+    "attention_rollout",
+    "cls_rollout_map",
+    "mean_attention_distance",
+    "patch_embedding_components",
+    "position_embedding_similarity",
+]
+
+# How attention_rollout combines the Nh heads of a layer into one (B, N, N) map.
+FUSE = {"mean": torch.mean, "max": torch.amax, "min": torch.amin}
+
+
+def _prefix_tokens(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"num_prefix_tokens={value!r} must be an int >= 0 (1 with a class token, 0 without)."
+        )
+    return value
+
+
+def _grid(name: str, num_tokens: int, grid_size: object, num_prefix_tokens: int) -> tuple[int, int]:
+    """Check that ``num_tokens`` = num_prefix_tokens + Gh * Gw and return (Gh, Gw)."""
+    gh, gw = _checks.pair("grid_size", grid_size)
+    if num_prefix_tokens + gh * gw != num_tokens:
+        raise ValueError(
+            f"{name} has {num_tokens} tokens, but num_prefix_tokens={num_prefix_tokens} plus "
+            f"grid_size=({gh}, {gw}) gives {num_prefix_tokens + gh * gw}; pass the model's "
+            "config.grid_size and config.num_prefix_tokens."
+        )
+    return gh, gw
+
+
+def _square_attention(name: str, value: object) -> torch.Tensor:
+    attention = _checks.tensor(name, value, 4, "(B, Nh, N, N)")
+    if attention.shape[-1] != attention.shape[-2]:
+        raise ValueError(
+            f"{name} has shape {tuple(attention.shape)}, but self-attention maps are (B, Nh, N, N) "
+            "with as many keys as queries; pass the weights from forward_with_attention."
+        )
+    return attention.detach()
+
+
+def attention_rollout(
+    attentions: Sequence[torch.Tensor], *, head_fusion: str = "mean"
+) -> torch.Tensor:
+    """Attention rollout (Abnar and Zuidema, 2020): attention traced through all layers.
+
+    Each layer's heads are fused into one map A_l, the residual connection is accounted for by
+    adding the identity, rows are renormalised to sum to 1, and the maps are multiplied::
+
+        A'_l = rownorm(A_l + I)             (= 0.5 A_l + 0.5 I for head_fusion="mean")
+        rollout = A'_L ... A'_2 A'_1        (B, N, N)
+
+    ``rollout[b, i, j]`` is the share of output token i that comes from input token j; each row
+    sums to 1.
+
+    Args:
+        attentions: the per-layer weights from ``VisionTransformer.forward_with_attention``, a
+            list of (B, Nh, N, N) tensors, first layer first.
+        head_fusion: ``"mean"`` (the paper's choice), ``"max"`` or ``"min"`` over the heads.
+
+    Returns:
+        (B, N, N), rows summing to 1.
+
+    Raises:
+        TypeError: ``attentions`` is not a list or tuple of float tensors.
+        ValueError: it is empty, a map is not (B, Nh, N, N), or two layers' B or N differ.
+
+    Example:
+        >>> uniform = torch.full((2, 3, 5, 5), 1 / 5)
+        >>> rollout = attention_rollout([uniform, uniform])
+        >>> rollout.shape
+        torch.Size([2, 5, 5])
+        >>> round(rollout[0, 0, 0].item(), 4)  # 0.25 from the residual path + 0.75 / 5
+        0.4
+
+    See chapter: Inside a trained ViT.
+    """
+    if not isinstance(attentions, (list, tuple)):
+        raise TypeError(
+            f"attentions must be a list of (B, Nh, N, N) tensors, got {type(attentions).__name__}; "
+            "pass the list returned by model.forward_with_attention(images)[1]."
+        )
+    if not attentions:
+        raise ValueError("attentions is empty; pass at least one layer's (B, Nh, N, N) weights.")
+    _checks.choice("head_fusion", head_fusion, tuple(FUSE))
+    maps = [_square_attention(f"attentions[{i}]", a) for i, a in enumerate(attentions)]
+    b, _, n, _ = maps[0].shape
+    for i, a in enumerate(maps):
+        if (a.shape[0], a.shape[-1]) != (b, n):
+            raise ValueError(
+                f"attentions[{i}] has shape {tuple(a.shape)}, but attentions[0] has "
+                f"{tuple(maps[0].shape)}; every layer needs the same batch size B and tokens N."
+            )
+    identity = torch.eye(n, dtype=maps[0].dtype, device=maps[0].device)  # (N, N)
+    rollout = identity.expand(b, n, n)
+    for a in maps:
+        fused = FUSE[head_fusion](a, dim=1)  # (B, N, N)
+        # The residual stream carries each token past attention: add it, then keep rows stochastic.
+        fused = fused + identity
+        fused = fused / fused.sum(dim=-1, keepdim=True)
+        rollout = fused @ rollout  # (B, N, N)
+    return rollout
+
+
+def cls_rollout_map(
+    rollout: torch.Tensor, grid_size: int | tuple[int, int], *, num_prefix_tokens: int = 1
+) -> torch.Tensor:
+    """The class token's row of a rollout, over the patches, laid out on the patch grid.
+
+    Row 0 says how much each input token feeds the class token, and so the classifier. Prefix
+    columns are dropped and the patch columns (row-major grid order) reshaped to (Gh, Gw); values
+    are not renormalised, so they sum to 1 minus the prefix tokens' share.
+
+    Args:
+        rollout: (B, N, N) from :func:`attention_rollout`, N = num_prefix_tokens + Gh * Gw.
+        grid_size: (Gh, Gw), or G for a square grid (``config.grid_size``).
+        num_prefix_tokens: tokens before the patches, the class token first; at least 1.
+
+    Returns:
+        (B, Gh, Gw).
+
+    Raises:
+        TypeError / ValueError: ``rollout`` is not a (B, N, N) float tensor, N does not match
+            the grid, or there is no class token (num_prefix_tokens=0).
+
+    Example:
+        >>> rollout = attention_rollout([torch.full((2, 3, 7, 7), 1 / 7)])
+        >>> cls_rollout_map(rollout, (2, 3)).shape
+        torch.Size([2, 2, 3])
+
+    See chapter: Inside a trained ViT.
+    """
+    rollout = _checks.tensor("rollout", rollout, 3, "(B, N, N)").detach()
+    if _prefix_tokens(num_prefix_tokens) == 0:
+        raise ValueError(
+            "num_prefix_tokens=0 means there is no class token to read a map from; use "
+            "num_prefix_tokens=1 for a model with class_token=True."
+        )
+    gh, gw = _grid("rollout", rollout.shape[-1], grid_size, num_prefix_tokens)
+    cls_row = rollout[:, 0, num_prefix_tokens:]  # (B, Gh * Gw)
+    return rearrange(cls_row, "b (gh gw) -> b gh gw", gh=gh, gw=gw)
+
+
+def mean_attention_distance(
+    attention: torch.Tensor,
+    grid_size: int | tuple[int, int],
+    patch_size: int,
+    *,
+    num_prefix_tokens: int = 1,
+) -> torch.Tensor:
+    """Each head's mean attention distance in pixels (ViT paper, Figure 7 right, Appendix D.7).
+
+    For query patch i, the distance is the attention-weighted average of the Euclidean distances
+    from patch centre i to every key patch centre j, ``P * sqrt((row_i - row_j)^2 + (col_i -
+    col_j)^2)``; it is then averaged over the query patches and the batch.
+
+    Only patch-to-patch attention counts: prefix rows and columns (the class token) are dropped,
+    and each query's weights over the patches are **renormalised to sum to 1**. A weighted
+    average needs weights that sum to 1; without renormalising, a head that sends most of its
+    attention to the class token would look local although it looks nowhere in the image. (Some
+    implementations skip this step; their distances are smaller by each row's patch share.) A
+    query that puts no weight at all on the patches contributes 0.
+
+    Args:
+        attention: (B, Nh, N, N) weights of one layer, N = num_prefix_tokens + Gh * Gw.
+        grid_size: (Gh, Gw), or G for a square grid.
+        patch_size: P in pixels, so that distances are in pixels of the input image.
+        num_prefix_tokens: tokens before the patches (1 with a class token).
+
+    Returns:
+        (Nh,): one distance per head, averaged over the batch and the query patches. For one
+        image's distances pass ``attention[b : b + 1]``.
+
+    Raises:
+        TypeError / ValueError: ``attention`` is not a (B, Nh, N, N) float tensor, N does not
+            match the grid, or ``patch_size`` is not a positive int.
+
+    Example:
+        >>> self_only = torch.eye(1 + 3 * 5).expand(2, 4, 16, 16)  # every token attends to itself
+        >>> mean_attention_distance(self_only, (3, 5), 16)
+        tensor([0., 0., 0., 0.])
+
+    See chapter: Inside a trained ViT.
+    """
+    attention = _square_attention("attention", attention)
+    patch_size = _checks.positive_int("patch_size", patch_size)
+    gh, gw = _grid("attention", attention.shape[-1], grid_size, _prefix_tokens(num_prefix_tokens))
+    weights = attention[..., num_prefix_tokens:, num_prefix_tokens:]  # (B, Nh, Gh*Gw, Gh*Gw)
+    weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+    grid = {"dtype": weights.dtype, "device": weights.device}
+    rows = torch.arange(gh, **grid).repeat_interleave(gw)  # (Gh*Gw,) row of each patch
+    cols = torch.arange(gw, **grid).repeat(gh)  # (Gh*Gw,) column of each patch
+    centres = torch.stack([rows, cols], dim=-1) * patch_size  # (Gh*Gw, 2) in pixels
+    offsets = centres[:, None, :] - centres[None, :, :]  # (Gh*Gw, Gh*Gw, 2), query i minus key j
+    distances = offsets.pow(2).sum(dim=-1).sqrt()  # (Gh*Gw, Gh*Gw) in pixels
+    per_query = (weights * distances).sum(dim=-1)  # (B, Nh, Gh*Gw)
+    return per_query.mean(dim=(0, 2))  # (Nh,)
+
+
+def position_embedding_similarity(
+    pos_embed: torch.Tensor, grid_size: int | tuple[int, int], *, num_prefix_tokens: int = 1
+) -> torch.Tensor:
+    """Cosine similarity between the position embeddings of every pair of patches.
+
+    ``similarity[r, c, r2, c2]`` compares the embedding of grid cell (r, c) with that of
+    (r2, c2); plotting ``similarity[r, c]`` for each cell gives the ViT paper's Figure 7 (centre).
+    Embeddings of length zero have similarity 0 with everything, themselves included.
+
+    Args:
+        pos_embed: the model's ``pos_embed`` (1, num_prefix_tokens + Gh * Gw, D), whose prefix
+            rows are dropped, or a table of patch rows only (Gh * Gw, D) such as
+            :func:`vitbook.sincos_2d`, to which ``num_prefix_tokens`` does not apply.
+        grid_size: (Gh, Gw), or G for a square grid.
+        num_prefix_tokens: rows before the patches in the 3-D form (1 with a class token).
+
+    Returns:
+        (Gh, Gw, Gh, Gw), symmetric, with values in [-1, 1].
+
+    Raises:
+        TypeError / ValueError: ``pos_embed`` is not a float tensor of one of the two shapes, or
+            its row count does not match the grid.
+
+    Example:
+        >>> from vitbook.positional import sincos_2d
+        >>> similarity = position_embedding_similarity(sincos_2d((3, 5), 16), (3, 5))
+        >>> similarity.shape
+        torch.Size([3, 5, 3, 5])
+        >>> round(similarity[1, 2, 1, 2].item(), 4)
+        1.0
+
+    See chapter: Inside a trained ViT.
+    """
+    if isinstance(pos_embed, torch.Tensor) and pos_embed.ndim == 2:
+        table = _checks.tensor("pos_embed", pos_embed, 2, "(Gh * Gw, D)")
+        gh, gw = _grid("pos_embed (a 2-D table, patch rows only)", table.shape[0], grid_size, 0)
+    else:
+        pos_embed = _checks.tensor("pos_embed", pos_embed, 3, "(1, num_prefix_tokens + Gh*Gw, D)")
+        if pos_embed.shape[0] != 1:
+            raise ValueError(
+                f"pos_embed has shape {tuple(pos_embed.shape)}; a model's position embedding is "
+                "(1, N, D), so pass model.pos_embed or one (Gh * Gw, D) table."
+            )
+        prefix = _prefix_tokens(num_prefix_tokens)
+        gh, gw = _grid("pos_embed", pos_embed.shape[1], grid_size, prefix)
+        table = pos_embed[0, prefix:]  # (Gh * Gw, D)
+    unit = F.normalize(table.detach(), dim=-1)  # (Gh * Gw, D), rows of length 1
+    similarity = unit @ unit.T  # (Gh * Gw, Gh * Gw)
+    return rearrange(similarity, "(gh gw) (gh2 gw2) -> gh gw gh2 gw2", gh=gh, gw=gw, gh2=gh)
+
+
+def patch_embedding_components(
+    weight: torch.Tensor, num_components: int = 28
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Principal components of the patch-embedding filters (ViT paper, Figure 7 left).
+
+    The D filters of ``patch_embed.proj.weight`` are flattened in ``(c ph pw)`` order to a
+    (D, C * P * P) matrix, centred over D, and decomposed by SVD, ``X = U S V^T``. The top K
+    right singular vectors are the components, each reshaped to a (C, P, P) filter; the explained
+    variance ratio of component k is ``S_k^2 / sum(S^2)``. Signs are fixed as in scikit-learn:
+    each component's largest-magnitude entry is positive. Centring leaves rank at most D - 1, so
+    when D <= C * P * P the D-th ratio is 0.
+
+    Args:
+        weight: (D, C, P, P), the patch-embedding convolution's weight.
+        num_components: K, at most min(D, C * P * P); the paper shows 28.
+
+    Returns:
+        ``(components, ratios)``: (K, C, P, P) orthonormal filters, and (K,) explained variance
+        ratios, sorted in decreasing order, summing to at most 1.
+
+    Raises:
+        TypeError / ValueError: ``weight`` is not a 4-D float tensor, or K is not a positive int
+            or exceeds min(D, C * P * P).
+
+    Example:
+        >>> weight = torch.randn(24, 3, 4, 4)  # D = 24 filters of 3 * 4 * 4 = 48 values
+        >>> components, ratios = patch_embedding_components(weight, num_components=5)
+        >>> components.shape, ratios.shape
+        (torch.Size([5, 3, 4, 4]), torch.Size([5]))
+        >>> bool(ratios.sum() <= 1)
+        True
+
+    See chapter: Inside a trained ViT.
+    """
+    weight = _checks.tensor("weight", weight, 4, "(D, C, P, P)").detach()
+    k = _checks.positive_int("num_components", num_components)
+    d, c, ph, pw = weight.shape
+    if k > min(d, c * ph * pw):
+        raise ValueError(
+            f"num_components={k} is more than min(D, C * P * P) = min({d}, {c * ph * pw}) for a "
+            f"weight of shape {tuple(weight.shape)}; use num_components <= {min(d, c * ph * pw)}."
+        )
+    # SVD needs float32 or float64: upcast half-precision weights.
+    filters = rearrange(weight, "d c ph pw -> d (c ph pw)")
+    filters = filters.to(torch.promote_types(weight.dtype, torch.float32))  # (D, C*P*P)
+    centred = filters - filters.mean(dim=0, keepdim=True)
+    _, singular_values, vh = torch.linalg.svd(centred, full_matrices=False)  # vh: (min, C*P*P)
+    variance = singular_values.pow(2)
+    ratios = variance / variance.sum().clamp_min(torch.finfo(variance.dtype).tiny)
+    top = vh[:k]  # (K, C*P*P)
+    # SVD signs are arbitrary: flip each component so that its largest-magnitude entry is > 0.
+    top = top * top.gather(1, top.abs().argmax(dim=1, keepdim=True)).sign()  # (K, C*P*P)
+    components = rearrange(top, "k (c ph pw) -> k c ph pw", c=c, ph=ph, pw=pw)
+    return components, ratios[:k]
