@@ -1,0 +1,125 @@
+"""vitbook.train: fit lowers the loss, is reproducible, evaluate counts right, errors explain."""
+
+import matplotlib
+import pytest
+import torch
+from torch import nn
+
+from vitbook import VisionTransformer, ViTConfig
+from vitbook.train import History, evaluate, fit, plot_history, predict, random_shift
+
+
+def toy_problem(n=48):
+    """Two classes of 1x4x4 images told apart by the sign of their mean."""
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(n, 1, 4, 4, generator=generator)
+    labels = (images.mean(dim=(1, 2, 3)) > 0).long()
+    return images, labels
+
+
+def tiny_vit():
+    torch.manual_seed(0)
+    config = ViTConfig(
+        img_size=4, patch_size=2, in_chans=1, num_classes=2, embed_dim=16, depth=1, num_heads=2,
+        drop_rate=0.1,
+    )  # fmt: skip
+    return VisionTransformer(config)
+
+
+def test_fit_lowers_the_loss_and_records_every_epoch():
+    data = toy_problem()
+    model = tiny_vit()
+    history = fit(model, data, epochs=15, lr=3e-3, batch_size=16, eval_data=data, progress=False)
+    assert history.epochs == len(history.eval_accuracy) == len(history.seconds) == 15
+    assert history.train_loss[-1] < 0.7 * history.train_loss[0]
+    assert history.eval_accuracy[-1] > 0.8
+    assert history.total_seconds > 0 and model.training
+
+
+def test_same_seed_same_history_different_seed_different_history():
+    data = toy_problem()
+    runs = []
+    for seed in (0, 0, 1):
+        history = fit(
+            tiny_vit(), data, epochs=3, batch_size=16, seed=seed, augment=random_shift(1),
+            progress=False,
+        )  # fmt: skip
+        runs.append(history.train_loss)
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_evaluate_and_predict_on_a_hand_made_model():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(1, 3))
+    with torch.no_grad():
+        model[1].weight.copy_(torch.tensor([[-1.0], [0.0], [1.0]]))  # class 0 < 0 < class 2
+        model[1].bias.zero_()
+    images = torch.tensor([-3.0, -1.0, 2.0, 5.0, -2.0]).reshape(5, 1, 1, 1)
+    labels = torch.tensor([0, 0, 2, 1, 2])
+    assert evaluate(model, (images, labels), batch_size=2) == pytest.approx(3 / 5)
+    probabilities = predict(model, images, batch_size=2)
+    assert probabilities.shape == (5, 3)
+    torch.testing.assert_close(probabilities.sum(dim=1), torch.ones(5))
+    assert probabilities.argmax(dim=1).tolist() == [0, 0, 2, 2, 0]
+    assert not model.training
+
+
+def test_random_shift_moves_each_image_within_bounds():
+    images = torch.zeros(6, 2, 5, 7)
+    images[:, :, 2, 3] = 1.0  # one lit pixel in the middle of every image
+    shifted = random_shift(1)(images, torch.Generator().manual_seed(0))
+    assert shifted.shape == images.shape
+    for one in shifted:
+        rows, cols = torch.nonzero(one[0], as_tuple=True)
+        assert len(rows) == 1 and abs(rows.item() - 2) <= 1 and abs(cols.item() - 3) <= 1
+        torch.testing.assert_close(one[1], one[0])  # channels move together
+    assert random_shift(0)(images, torch.Generator()).equal(images)
+
+
+def test_progress_bar_goes_to_stderr_and_can_be_turned_off(capsys, monkeypatch):
+    data = toy_problem(8)
+    fit(tiny_vit(), data, epochs=2, batch_size=8, progress=True)
+    assert "training" in capsys.readouterr().err
+    monkeypatch.setenv("VITBOOK_PROGRESS", "0")
+    fit(tiny_vit(), data, epochs=2, batch_size=8, progress=True)
+    assert capsys.readouterr().err == ""
+
+
+def test_plot_history_draws_both_panels():
+    history = History([2.0, 1.0, 0.5], [0.2, 0.6, 0.9], [0.3, 0.7, 0.8], [0.1] * 3)
+    fig = plot_history(history)
+    assert isinstance(fig, matplotlib.figure.Figure)
+    loss_ax, acc_ax = fig.axes
+    assert list(loss_ax.lines[0].get_ydata()) == history.train_loss
+    assert len(acc_ax.lines) == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"train_data": torch.zeros(2)}, TypeError, "pair \\(images, labels\\)"),
+        ({"train_data": (torch.zeros(2, 1, 4, 4, dtype=torch.uint8), torch.zeros(2).long())},
+         TypeError, "floating-point.*float\\(\\)"),
+        ({"train_data": (torch.zeros(2, 1, 4, 4), torch.zeros(2))}, TypeError, "int64.*long\\(\\)"),
+        ({"train_data": (torch.zeros(3, 1, 4, 4), torch.zeros(2).long())}, ValueError,
+         "3 images and 2 labels"),
+        ({"epochs": 0}, ValueError, "epochs=0 must be a positive int"),
+        ({"batch_size": 2.5}, ValueError, "batch_size=2.5"),
+        ({"lr": 0.0}, ValueError, "lr=0.0 must be positive"),
+        ({"label_smoothing": 1.0}, ValueError, "label_smoothing=1.0"),
+        ({"eval_data": (torch.zeros(2, 1, 4, 4), [0, 1])}, TypeError, "eval_data labels"),
+    ],
+)  # fmt: skip
+def test_fit_errors_name_the_value_and_the_fix(kwargs, error, match):
+    arguments = {"train_data": toy_problem(4), "epochs": 1, "progress": False, **kwargs}
+    with pytest.raises(error, match=match):
+        fit(tiny_vit(), arguments.pop("train_data"), **arguments)
+
+
+def test_other_errors():
+    with pytest.raises(ValueError, match="max_shift=-1"):
+        random_shift(-1)
+    with pytest.raises(TypeError, match="images must be a floating-point tensor"):
+        predict(tiny_vit(), torch.zeros(2, 1, 4, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="at least one epoch"):
+        plot_history(History())
