@@ -3,6 +3,7 @@
 
     python3 tasks.py test   # ruff, then pytest: unit tests, doctests, book build, notebooks
     python3 tasks.py book   # build the HTML book into _build/html
+    python3 tasks.py bench  # benchmarks (not part of the tests), see benchmarks/README.md
 
 Both commands first create or refresh the virtual environment `.venv`, installing
 `-r requirements.txt -c constraints.txt`; they reinstall only when one of requirements.txt,
@@ -158,9 +159,14 @@ def test(pytest_args: list[str]) -> int:
     return 1 if failed else 0
 
 
+def bench(bench_args: list[str]) -> int:
+    """Run the benchmarks (not part of the tests): speed, machine limit, memory, book budget."""
+    return run(PYTHON, ROOT / "benchmarks" / "run.py", *bench_args, env=tool_env())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["book", "test"])
+    parser.add_argument("command", choices=["book", "test", "bench"])
     args, extra = parser.parse_known_args()
     if args.command == "book" and extra:
         parser.error(f"unexpected arguments for book: {' '.join(extra)}")
@@ -168,6 +174,8 @@ def main() -> int:
         sys.exit(f"[tasks] vitbook needs Python 3.10 or newer, not {sys.version.split()[0]}")
     os.chdir(ROOT)
     ensure_venv()
+    if args.command == "bench":
+        return bench(extra)
     return book() if args.command == "book" else test(extra)
 
 
