@@ -71,3 +71,58 @@ def test_one_axis_only_reaches_its_row():
     y[:, 0] += torch.randn(D)  # patch (0, 0)
     changed = ((axial(y) - axial(x)).abs().amax(dim=-1) > 0)[0]
     assert changed.tolist() == [True] * GW + [False] * (GH - 1) * GW
+
+
+AXIAL_VIT = {
+    "img_size": (6, 10),
+    "patch_size": 2,
+    "in_chans": 3,
+    "num_classes": 7,
+    "embed_dim": 12,
+    "num_heads": 3,
+    "class_token": False,
+    "pool": "mean",
+}
+
+
+@pytest.mark.parametrize("pos_embed", ["learned", "sincos2d", "none"])
+def test_axial_vit_shapes_and_parameter_count(pos_embed):
+    from dataclasses import replace
+
+    from vitbook import ViTConfig
+    from vitbook.axial import AxialVisionTransformer
+
+    cfg = ViTConfig(depth=2, pos_embed=pos_embed, **AXIAL_VIT)
+    model = AxialVisionTransformer(cfg)
+    assert model(torch.randn(B, 3, 6, 10)).shape == (B, 7)
+    assert all(block.row_attn.grid_size == (3, 5) for block in model.blocks)
+    # One axial block has the weights of two ViT blocks (two attentions, two MLPs).
+    count = sum(p.numel() for p in model.parameters())
+    assert count == replace(cfg, depth=4).num_parameters()
+
+
+def test_axial_vit_equals_its_equations():
+    from vitbook import ViTConfig
+    from vitbook.axial import AxialVisionTransformer
+
+    torch.manual_seed(0)
+    model = AxialVisionTransformer(ViTConfig(depth=2, pos_embed="learned", **AXIAL_VIT)).eval()
+    images = torch.randn(B, 3, 6, 10)
+    with torch.no_grad():
+        x = model.patch_embed(images) + model.pos_embed  # (B, Gh*Gw, D)
+        for block in model.blocks:
+            x = block(x)
+        expected = model.head(model.norm(x).mean(dim=1))
+        torch.testing.assert_close(model(images), expected)
+
+
+def test_axial_vit_refuses_class_token_and_dropout():
+    from vitbook import ViTConfig
+    from vitbook.axial import AxialVisionTransformer
+
+    with pytest.raises(ValueError, match="no class token"):
+        AxialVisionTransformer(ViTConfig(img_size=8, patch_size=2, embed_dim=12, num_heads=3))
+    with pytest.raises(ValueError, match="no dropout"):
+        AxialVisionTransformer(ViTConfig(depth=1, drop_rate=0.1, **AXIAL_VIT))
+    with pytest.raises(TypeError, match="ViTConfig"):
+        AxialVisionTransformer({"depth": 1})

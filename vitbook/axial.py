@@ -28,8 +28,11 @@ from torch import nn
 from vitbook import _checks
 from vitbook.attention import MultiHeadSelfAttention
 from vitbook.encoder import MLP
+from vitbook.patches import PatchEmbedding
+from vitbook.positional import sincos_2d
+from vitbook.vit import VisionTransformer, ViTConfig
 
-__all__ = ["AxialAttention", "AxialEncoderBlock", "axial_attention_mask"]
+__all__ = ["AxialAttention", "AxialEncoderBlock", "AxialVisionTransformer", "axial_attention_mask"]
 
 AXES = ("rows", "cols")
 
@@ -174,3 +177,91 @@ class AxialEncoderBlock(nn.Module):
         x = x + self.row_mlp(self.row_norm2(x))
         x = x + self.col_attn(self.col_norm1(x))
         return x + self.col_mlp(self.col_norm2(x))
+
+
+class AxialVisionTransformer(nn.Module):
+    """A ViT whose encoder is a stack of :class:`AxialEncoderBlock`, classifying by mean pooling.
+
+    ::
+
+        z_0 = [x_1 E; ...; x_N E] + E_pos                 (B, Gh*Gw, D), no class token
+        z_l = AxialEncoderBlock_l(z_{l-1}),  l = 1 .. L   (B, Gh*Gw, D)
+        y   = head(mean_i LayerNorm(z_L)_i)               (B, num_classes)
+
+    It takes the same :class:`~vitbook.vit.ViTConfig` as :class:`~vitbook.vit.VisionTransformer`,
+    with ``class_token=False`` and ``pool="mean"``; ``depth`` counts axial blocks, each of which
+    holds two attention layers and two MLPs, so the model has exactly the parameters of the ViT
+    with ``depth=2 * L`` (``ViTConfig.num_parameters``). Weights are initialised as in the ViT.
+
+    Shapes:
+        forward: (B, C, H, W) -> (B, num_classes) logits.
+
+    Raises:
+        TypeError: ``config`` is not a ViTConfig.
+        ValueError: a class token, ``pool="cls"`` or dropout, which axial blocks do not take.
+
+    Example:
+        >>> cfg = ViTConfig(img_size=8, patch_size=2, in_chans=1, embed_dim=16, depth=1,
+        ...                 num_heads=2, num_classes=10, class_token=False, pool="mean")
+        >>> model = AxialVisionTransformer(cfg)
+        >>> model(torch.randn(3, 1, 8, 8)).shape
+        torch.Size([3, 10])
+        >>> from dataclasses import replace
+        >>> sum(p.numel() for p in model.parameters()) == replace(cfg, depth=2).num_parameters()
+        True
+
+    See chapter: The cost of attention and axial attention.
+    """
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, ViTConfig):
+            raise TypeError(
+                f"config must be a ViTConfig, got {type(config).__name__}; build one with "
+                "ViTConfig(..., class_token=False, pool='mean')."
+            )
+        if config.class_token or config.pool != "mean":
+            raise ValueError(
+                f"an axial ViT has no class token (a class token has no row or column), got "
+                f"class_token={config.class_token}, pool={config.pool!r}; "
+                "use class_token=False, pool='mean'."
+            )
+        if config.drop_rate or config.attn_drop_rate:
+            raise ValueError(
+                f"axial blocks have no dropout, got drop_rate={config.drop_rate}, "
+                f"attn_drop_rate={config.attn_drop_rate}; set both to 0.0."
+            )
+        self.config = cfg = config
+        d = cfg.embed_dim
+        self.patch_embed = PatchEmbedding(cfg.img_size, cfg.patch_size, cfg.in_chans, d)
+        self.cls_token = None  # see the module docstring
+        if cfg.pos_embed == "learned":
+            self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_patches, d))
+        elif cfg.pos_embed == "sincos2d":
+            table = sincos_2d(cfg.grid_size, d)[None]  # (1, Gh * Gw, D)
+            self.register_buffer("pos_embed", table, persistent=False)
+        else:
+            self.pos_embed = None
+        self.blocks = nn.ModuleList(
+            AxialEncoderBlock(
+                d,
+                cfg.num_heads,
+                grid_size=cfg.grid_size,
+                mlp_ratio=cfg.mlp_ratio,
+                qkv_bias=cfg.qkv_bias,
+                norm_eps=cfg.norm_eps,
+                attn_impl=cfg.attn_impl,
+            )
+            for _ in range(cfg.depth)
+        )
+        self.norm = nn.LayerNorm(d, eps=cfg.norm_eps)
+        self.head = nn.Linear(d, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+        VisionTransformer.reset_parameters(self)  # the ViT's init scheme, on these modules
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(images)  # (B, Gh * Gw, D)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed
+        for block in self.blocks:
+            x = block(x)  # (B, Gh * Gw, D)
+        return self.head(self.norm(x).mean(dim=1))  # mean over the patches: (B, num_classes)
