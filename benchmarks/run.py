@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Run vitbook's benchmarks, print their tables as Markdown, and optionally save them as JSON.
+
+    python benchmarks/run.py [--quick] [--json PATH] [--markdown PATH]
+                             [--only speed,limit,memory,budget]
+
+Sections (all by default, in this order):
+    speed   vitbook sdpa / explicit vs the nn.TransformerEncoderLayer reference, as ratios
+    limit   ViT-B/16 inference MACs/s as a fraction of the machine's large-matmul throughput,
+            and the top operators of a profiled forward pass
+    memory  peak memory of a ViT-B/16 inference forward pass at batch 8, both attention impls
+    budget  every notebook of _toc.yml against its 60 s budget, and the full strict book build
+
+``--quick`` swaps in toy models and skips the book build: it checks that the scripts work (the
+smoke test in tests/test_benchmarks.py runs it), its numbers mean nothing. torch runs on 2 threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import budget, limit, memory, speed  # noqa: E402
+from benchmarks.common import THREADS, Table, machine, set_threads  # noqa: E402
+
+SECTIONS: dict[str, Callable[..., list[Table]]] = {
+    "speed": speed.run,
+    "limit": limit.run,
+    "memory": memory.run,
+    "budget": budget.run,
+}
+
+
+def run_benchmarks(sections: list[str], *, quick: bool = False, echo: bool = True) -> dict:
+    """Run the named sections and return the report: machine, settings, tables, timings.
+
+    With ``echo``, each table is printed as soon as its section finishes.
+    """
+    unknown = [name for name in sections if name not in SECTIONS]
+    if unknown:
+        raise ValueError(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
+    set_threads(THREADS)
+    report = {
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "quick": quick,
+        "machine": machine(),
+        "section_seconds": {},
+        "tables": [],
+    }
+    if echo:
+        print(machine_line(report["machine"]) + "\n", flush=True)
+    start = time.perf_counter()
+    for name in sections:
+        section_start = time.perf_counter()
+        tables = SECTIONS[name](quick=quick)
+        report["section_seconds"][name] = time.perf_counter() - section_start
+        report["tables"].extend(tables)
+        if echo:
+            for table in tables:
+                print(table.to_markdown() + "\n", flush=True)
+            print(f"({name}: {report['section_seconds'][name]:.0f} s)\n", flush=True)
+    report["total_seconds"] = time.perf_counter() - start
+    if echo:
+        print(f"Total: {report['total_seconds']:.0f} s", flush=True)
+    return report
+
+
+def machine_line(info: dict) -> str:
+    return (
+        f"Machine: {info['cpu_model']}, {info['cores']} cores, {info['memory_gib']} GiB, "
+        f"CPU capability {info['cpu_capability']}; torch {info['torch']} on "
+        f"{info['torch_threads']} threads; Python {info['python']}."
+    )
+
+
+def report_markdown(report: dict) -> str:
+    """The report as the README's Performance section: machine, command, timings, tables."""
+    seconds = ", ".join(f"{name} {s:.0f} s" for name, s in report["section_seconds"].items())
+    lines = [
+        "## Performance",
+        "",
+        f"Measured on {report['started'][:10]} by `benchmarks/run.py`. Reproduce with "
+        "`python3 tasks.py bench` (which runs `benchmarks/run.py` inside `.venv`), or directly "
+        "with `.venv/bin/python benchmarks/run.py`; `benchmarks/README.md` says how the numbers "
+        "are taken.",
+        "",
+        f"- {machine_line(report['machine'])} (CPU model from /proc/cpuinfo.)",
+        f"- Run time of the whole benchmark: {report['total_seconds']:.0f} s ({seconds}).",
+        "- Ratios are vitbook time / reference time of medians taken side by side in one process: "
+        "below 1 is faster than PyTorch's `nn.TransformerEncoderLayer`.",
+        "",
+    ]
+    summary = summary_lines(report["tables"])
+    if summary:
+        lines += ["In short:", "", *summary, ""]
+    for table in report["tables"]:
+        lines += [table.to_markdown(), ""]
+    return "\n".join(lines)
+
+
+def summary_lines(tables: list[Table]) -> list[str]:
+    """One bullet per section, with its target and whether it was met."""
+    by_key = {table.key: table for table in tables}
+    lines = []
+    if "speed" in by_key:
+        speed = by_key["speed"]
+        sdpa, explicit = speed.column("sdpa / ref"), speed.column("explicit / ref")
+        verdict = (
+            "met in every row"
+            if not speed.data["missed"]
+            else "missed in " + "; ".join(speed.data["missed"])
+        )
+        lines.append(
+            f"- Speed: vitbook sdpa / reference = {min(sdpa):.2f} to {max(sdpa):.2f} "
+            f"(target <= {speed.data['target']}: {verdict}); the explicit path costs "
+            f"{min(explicit):.2f} to {max(explicit):.2f} times the reference."
+        )
+    if "limit" in by_key:
+        limit = by_key["limit"]
+        fraction = limit.data["fraction"]["vitbook sdpa"]
+        verdict = "met" if fraction >= limit.data["target"] else "missed"
+        lines.append(
+            f"- Limit: vitbook sdpa reaches {fraction:.2f} of the machine's matmul throughput "
+            f"(target >= {limit.data['target']}: {verdict}); "
+            f"{limit.data['share_in_mac_ops']:.0%} of its time is in the operators that do the "
+            f"multiply-accumulates, running at {limit.data['mac_ops_fraction_of_limit']:.2f} of "
+            "the matmul rate."
+        )
+    if "memory" in by_key:
+        memory = by_key["memory"]
+        parts = [
+            f"{model} {tensors:.0f} MiB of tensors ({rss:.0f} MiB peak RSS increase)"
+            for model, tensors, rss in zip(
+                memory.column("model"),
+                memory.column("torch allocator peak"),
+                memory.column("peak RSS increase (median)"),
+                strict=True,
+            )
+        ]
+        lines.append("- Memory at the peak of one forward pass: " + ", ".join(parts) + ".")
+    if "budget" in by_key:
+        budget = by_key["budget"]
+        notebooks = {name: r for name, r in budget.data["notebooks"].items() if r is not None}
+        slowest = max(notebooks.items(), key=lambda item: item[1]["seconds"], default=None)
+        failed = [name for name, result in notebooks.items() if result["error"]]
+        over = [
+            page.strip("`")
+            for page, within in zip(
+                budget.column("page"), budget.column("within budget"), strict=True
+            )
+            if within is False
+        ]
+        text = f"- Book: {len(notebooks)} notebooks"
+        if slowest:
+            text += f", the slowest `{slowest[0]}` at {slowest[1]['seconds']:.0f} s"
+        text += f" of {budget.data['budget_s']:.0f} s; over budget: {', '.join(over) or 'none'}"
+        text += f"; failed: {', '.join(failed) or 'none'}"
+        build = budget.data["build"]
+        if build:
+            state = "built" if build["returncode"] == 0 else "FAILED"
+            text += f"; full strict build {build['seconds']:.0f} s ({state})"
+        lines.append(text + ".")
+    return lines
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(
+        {**report, "tables": [table.to_dict() for table in report["tables"]]}, indent=1
+    )
+
+
+def from_json(text: str) -> dict:
+    report = json.loads(text)
+    return {**report, "tables": [Table.from_dict(table) for table in report["tables"]]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="toy sizes, no book build")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report here")
+    parser.add_argument(
+        "--markdown", type=Path, metavar="PATH", help="also write the README's Performance section"
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        metavar="SECTIONS",
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)",
+    )
+    args = parser.parse_args(argv)
+    sections = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in sections if name not in SECTIONS]
+    if unknown or not sections:
+        parser.error(f"--only takes a comma-separated subset of {','.join(SECTIONS)}")
+    report = run_benchmarks(sections, quick=args.quick)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(to_json(report) + "\n", encoding="utf-8")
+        print(f"JSON report: {args.json}", flush=True)
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(report_markdown(report), encoding="utf-8")
+        print(f"Markdown report: {args.markdown}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The benchmark scripts at toy sizes (``--quick``): they run, check what they claim, save JSON.
+
+No timing is asserted anywhere: on a shared 2-core machine only the full benchmark, with its
+candidates timed side by side in one process, says anything about speed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from vitbook import VisionTransformer, ViTConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK_SECTIONS = ["speed", "limit", "memory"]  # budget runs notebooks: tested on its own below
+
+
+def import_benchmarks(name: str):
+    """Import ``benchmarks.<name>`` from this working tree (it is not an installed package)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"benchmarks.{name}")
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    threads = torch.get_num_threads()
+    try:
+        yield import_benchmarks("run").run_benchmarks(QUICK_SECTIONS, quick=True, echo=False)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def table(report: dict, key: str):
+    (found,) = [t for t in report["tables"] if t.key == key]
+    return found
+
+
+def positive_finite(values) -> bool:
+    return all(isinstance(v, float | int) and math.isfinite(v) and v > 0 for v in values)
+
+
+def tiny_config(**overrides) -> ViTConfig:
+    fields = {"img_size": (16, 24), "patch_size": 8, "embed_dim": 12, "depth": 2, "num_heads": 2}
+    return ViTConfig(**{**fields, "num_classes": 5, **overrides})
+
+
+# --- speed ------------------------------------------------------------------------------------
+
+
+def test_speed_table_has_one_row_per_model_mode_and_batch(report):
+    speed = import_benchmarks("speed")
+    rows = table(report, "speed")
+    expected = [(case.model, case.mode, case.batch) for case in speed.QUICK_CASES]
+    assert [tuple(row[:3]) for row in rows.rows] == expected
+    assert {model for model, _, _ in expected} == set(speed.QUICK_MODELS)
+    for column in ("reference ms", "sdpa ms", "explicit ms", "sdpa / ref", "explicit / ref"):
+        assert positive_finite(rows.column(column)), column
+    assert all(repeats >= 5 for repeats in rows.column("repeats"))
+    full = [(case.model, case.mode, case.batch) for case in speed.FULL_CASES]
+    assert full == [
+        (model, mode, batch)
+        for model in ("ViT-Ti/16", "ViT-B/16")
+        for mode, batch in (("inference", 1), ("inference", 8), ("train step", 8))
+    ]
+    assert all(case.repeats >= 5 for case in speed.FULL_CASES)
+
+
+def test_speed_checked_outputs_and_the_reference_path(report):
+    speed = table(report, "speed")
+    for checks in speed.data["checks"].values():
+        assert checks["max_abs_diff_sdpa"] <= 1e-4
+        assert checks["max_abs_diff_explicit"] <= 1e-4
+    # PyTorch's fused encoder-layer kernel needs an even number of heads (tiny-Ti has 3).
+    assert speed.data["checks"]["tiny-B"]["reference_fast_path"] is True
+    assert speed.data["checks"]["tiny-Ti"]["reference_fast_path"] is False
+    paths = {(row[0], row[1]): row[3] for row in speed.rows}
+    assert paths[("tiny-B", "inference")] == "fused fast path"
+    assert paths[("tiny-B", "train step")] == "regular"
+
+
+def test_reference_equals_vitbook_with_copied_weights():
+    reference = import_benchmarks("reference")
+    torch.manual_seed(0)
+    vit = VisionTransformer(tiny_config(attn_impl="sdpa"))
+    with torch.no_grad():  # non-trivial norms, so a swapped or missing copy cannot hide
+        for block in vit.blocks:
+            for norm in (block.norm1, block.norm2):
+                norm.weight.normal_()
+                norm.bias.normal_()
+    ref = reference.ReferenceViT(vit)
+    images = torch.randn(3, 3, 16, 24)
+    assert reference.check_equal(vit, ref, images) <= 1e-4
+    assert reference.takes_fast_path(ref, images)
+    with torch.no_grad():
+        ref.encoder.layers[0].linear1.weight.mul_(1.1)
+    with pytest.raises(AssertionError):
+        reference.check_equal(vit, ref, images)
+
+
+def test_reference_refuses_models_it_cannot_mirror():
+    reference = import_benchmarks("reference")
+    vit = VisionTransformer(tiny_config(class_token=False, pool="mean"))
+    with pytest.raises(ValueError, match="class_token=True"):
+        reference.ReferenceViT(vit)
+
+
+# --- distance to the limit ---------------------------------------------------------------------
+
+
+def test_mac_count_matches_the_closed_form_for_both_impls():
+    limit = import_benchmarks("limit")
+    cfg = tiny_config()
+    b, n, d, h = 3, cfg.num_tokens, cfg.embed_dim, cfg.mlp_hidden_dim
+    patches = cfg.num_patches * d * cfg.in_chans * cfg.patch_size**2
+    block = n * d * 3 * d + 2 * n * n * d + n * d * d + 2 * n * d * h  # qkv, attention, proj, MLP
+    expected = b * (patches + cfg.depth * block + d * cfg.num_classes)
+    images = torch.randn(b, 3, 16, 24)
+    for impl in ("sdpa", "explicit"):
+        model = VisionTransformer(tiny_config(attn_impl=impl)).eval()
+        total, per_op = limit.count_macs(model, images)
+        assert total == expected, impl
+        assert sum(per_op.values()) == total
+
+
+def test_limit_tables(report):
+    fraction = table(report, "limit")
+    assert fraction.column("model") == ["vitbook sdpa", "vitbook explicit", "reference"]
+    assert positive_finite(fraction.column("fraction of matmul limit"))
+    assert positive_finite(fraction.column("GMAC / forward"))
+    assert len(set(fraction.column("GMAC / forward"))) == 1
+    assert fraction.data["limit_macs_per_s"] > 0
+    operators = table(report, "limit_operators")
+    assert 1 <= len(operators.rows) <= 8
+    assert "`aten::addmm`" in operators.column("operator")
+    shares = operators.column("share")
+    assert shares == sorted(shares, reverse=True) and sum(shares) <= 1 + 1e-9
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+
+def test_memory_table(report):
+    memory = table(report, "memory")
+    assert memory.column("model") == ["vitbook sdpa", "vitbook explicit", "reference"]
+    assert all(increase >= 0 for increase in memory.column("peak RSS increase (median)"))
+    assert positive_finite(memory.column("torch allocator peak"))
+    assert positive_finite(memory.column("peak RSS (process)"))
+    model = VisionTransformer(ViTConfig(**import_benchmarks("memory").QUICK_CONFIG))
+    weights_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    assert memory.column("weights") == pytest.approx([weights_mib] * 3)
+
+
+# --- report, JSON, command line -----------------------------------------------------------------
+
+
+def test_report_round_trips_through_json(report):
+    run = import_benchmarks("run")
+    assert run.from_json(run.to_json(report)) == report
+    assert report["machine"]["torch_threads"] == 2
+    markdown = table(report, "speed").to_markdown()
+    assert markdown.count("\n| tiny-") == len(table(report, "speed").rows)
+    section = run.report_markdown(report)
+    assert section.startswith("## Performance")
+    assert report["machine"]["cpu_model"] in section
+    assert all(t.title in section for t in report["tables"])
+
+
+def test_command_line_writes_json(tmp_path, capsys):
+    run = import_benchmarks("run")
+    threads = torch.get_num_threads()
+    try:
+        assert run.main(["--quick", "--only", "speed", "--json", str(tmp_path / "r.json")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert [t["key"] for t in saved["tables"]] == ["speed"]
+    assert saved["quick"] is True
+    assert "sdpa / ref" in capsys.readouterr().out
+
+
+def test_command_line_rejects_unknown_sections(capsys):
+    run = import_benchmarks("run")
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--only", "speed,sped"])
+    assert exit_info.value.code == 2
+    assert "--only takes" in capsys.readouterr().err
+
+
+# --- book budget -------------------------------------------------------------------------------
+
+
+def test_budget_reads_notebooks_from_the_toc_in_order(tmp_path):
+    budget = import_benchmarks("budget")
+    (tmp_path / "book").mkdir()
+    for name in ("intro.md", "b.ipynb", "a.ipynb", "a_part.ipynb", "unlisted.ipynb", "z.md"):
+        (tmp_path / "book" / name).write_text("{}")
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nparts:\n"
+        "  - caption: One\n    chapters:\n      - file: book/b\n"
+        "      - file: book/a\n        sections:\n          - file: book/a_part\n"
+        "  - caption: Two\n    chapters:\n      - file: book/z\n"
+    )
+    assert budget.toc_notebooks(tmp_path) == [
+        tmp_path / "book" / name for name in ("b.ipynb", "a.ipynb", "a_part.ipynb")
+    ]
+    real = budget.toc_notebooks()
+    assert real and all(path.suffix == ".ipynb" and path.exists() for path in real)
+
+
+def test_budget_times_a_notebook_and_reports_its_error(tmp_path):
+    budget = import_benchmarks("budget")
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    for path, code in ((good, "x = 6 * 7\nassert x == 42"), (bad, "1 / 0")):
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+        notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+        nbformat.write(notebook, path)
+    ran = budget.execute_notebook(good, timeout=60)
+    assert ran["error"] is None and ran["seconds"] > 0
+    failed = budget.execute_notebook(bad, timeout=60)
+    assert "ZeroDivisionError" in failed["error"]
+
+
+def test_budget_reads_per_notebook_times_from_the_build_log():
+    budget = import_benchmarks("budget")
+    log = (
+        f"{ROOT}/book/notation.ipynb: Executing notebook using local CWD [mystnb]\n"
+        f"{ROOT}/book/notation.ipynb: Executed notebook in 2.91 seconds [mystnb]\n"
+        "book/attention.ipynb: Executed notebook in 12.50 seconds [mystnb]\n"
+    )
+    assert budget.executed_in_build(log) == {
+        "book/notation.ipynb": 2.91,
+        "book/attention.ipynb": 12.5,
+    }
