@@ -1,0 +1,430 @@
+"""State dicts from timm and Hugging Face ``transformers`` into vitbook's ``VisionTransformer``.
+
+vitbook's parameter names are timm's, so a timm state dict loads as it is; the converter only
+checks it. A Hugging Face ViT names the same tensors differently and keeps the query, key and value
+projections apart, where timm (and vitbook) stack them into one ``qkv`` layer::
+
+    Hugging Face (files on the Hub)                   vitbook / timm
+    vit.embeddings.cls_token                          cls_token                (1, 1, D)
+    vit.embeddings.position_embeddings                pos_embed                (1, N, D)
+    vit.embeddings.patch_embeddings.projection        patch_embed.proj         (D, C, P, P)
+    vit.encoder.layer.{i}.layernorm_before            blocks.{i}.norm1
+    vit.encoder.layer.{i}.attention.attention.query   blocks.{i}.attn.qkv      rows 0 .. D-1
+    vit.encoder.layer.{i}.attention.attention.key       "                      rows D .. 2D-1
+    vit.encoder.layer.{i}.attention.attention.value     "                      rows 2D .. 3D-1
+    vit.encoder.layer.{i}.attention.output.dense      blocks.{i}.attn.proj
+    vit.encoder.layer.{i}.layernorm_after             blocks.{i}.norm2
+    vit.encoder.layer.{i}.intermediate.dense          blocks.{i}.mlp.fc1
+    vit.encoder.layer.{i}.output.dense                blocks.{i}.mlp.fc2
+    vit.layernorm                                     norm
+    classifier                                        head
+
+Stacking works because both split heads the same way: head h owns output rows
+``h*Dh .. (h+1)*Dh-1`` of each projection. transformers 5 renames its modules in memory
+(``vit.layers.{i}.attention.q_proj``, ``o_proj``, ``mlp.fc1``, ``mlp.fc2``) but writes files with
+the names above; both are accepted. A ``ViTModel`` state dict has no ``vit.`` prefix and no
+classifier (then ``num_classes=0``).
+
+The two libraries also differ in one number: LayerNorm's epsilon is 1e-6 in timm and 1e-12 in
+Hugging Face's ViT config; it becomes ``ViTConfig.norm_eps``.
+
+Nothing is dropped or invented: a key the model has no place for, a parameter the state dict lacks,
+or a shape that does not fit raises a ``ValueError`` that names every such key.
+
+See chapter: A pretrained ViT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+
+import torch
+
+from vitbook.vit import VisionTransformer, ViTConfig
+
+__all__ = [
+    "config_from_hf",
+    "from_hf_state_dict",
+    "from_timm_state_dict",
+    "hf_class_names",
+    "to_hf_state_dict",
+]
+
+# vitbook block parameter -> (name in Hub files and transformers 4, name in transformers 5)
+_HF_BLOCK = {
+    "norm1": ("layernorm_before", "layernorm_before"),
+    "attn.q": ("attention.attention.query", "attention.q_proj"),
+    "attn.k": ("attention.attention.key", "attention.k_proj"),
+    "attn.v": ("attention.attention.value", "attention.v_proj"),
+    "attn.proj": ("attention.output.dense", "attention.o_proj"),
+    "norm2": ("layernorm_after", "layernorm_after"),
+    "mlp.fc1": ("intermediate.dense", "mlp.fc1"),
+    "mlp.fc2": ("output.dense", "mlp.fc2"),
+}
+_HF_LAYER = (re.compile(r"^encoder\.layer\.(\d+)\.(.+)$"), re.compile(r"^layers\.(\d+)\.(.+)$"))
+# vitbook top-level parameter -> name inside the Hugging Face ViTModel (before any "vit." prefix)
+_HF_TOP = {
+    "cls_token": "embeddings.cls_token",
+    "pos_embed": "embeddings.position_embeddings",
+    "patch_embed.proj.weight": "embeddings.patch_embeddings.projection.weight",
+    "patch_embed.proj.bias": "embeddings.patch_embeddings.projection.bias",
+    "norm.weight": "layernorm.weight",
+    "norm.bias": "layernorm.bias",
+}
+_HF_HEAD = {"head.weight": "classifier.weight", "head.bias": "classifier.bias"}
+_WHY_NOT = {
+    "pooler.": "the tanh 'pooler' of ViTModel, which ViTForImageClassification does not use",
+    "embeddings.mask_token": "the mask token of masked image modelling",
+}
+
+
+def _state_dict(name: str, value: object) -> dict[str, torch.Tensor]:
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"{name} must be a mapping of parameter names to tensors, got {type(value).__name__}; "
+            "pass model.state_dict() or safetensors.torch.load_file(path)."
+        )
+    wrong = sorted(k for k, v in value.items() if not isinstance(v, torch.Tensor))
+    if wrong:
+        raise TypeError(f"{name} has entries that are not tensors: {wrong[:5]}; pass tensors.")
+    return dict(value)
+
+
+def _expected(config: ViTConfig) -> dict[str, torch.Size]:
+    """The state-dict keys and shapes of a VisionTransformer, without allocating its weights."""
+    with torch.device("meta"):
+        model = VisionTransformer(config)
+    return {name: t.shape for name, t in model.state_dict().items()}
+
+
+def _build(
+    config: ViTConfig, tensors: dict[str, torch.Tensor], origin: dict[str, str]
+) -> VisionTransformer:
+    """Check names and shapes against ``config``, then load ``tensors`` into a new model (eval)."""
+    expected = _expected(config)
+    missing = sorted(origin.get(name, name) for name in expected.keys() - tensors.keys())
+    if missing:
+        raise ValueError(
+            f"the state dict lacks {len(missing)} parameter(s) that the model needs: {missing}; "
+            "check that it is a complete ViT checkpoint and that the config matches it."
+        )
+    wrong = [
+        f"{origin.get(name, name)}: {tuple(t.shape)}, expected {tuple(expected[name])}"
+        for name, t in tensors.items()
+        if t.shape != expected[name]
+    ]
+    if wrong:
+        raise ValueError(
+            f"shapes do not match the config {config}: {wrong}. Use the config the checkpoint was "
+            "trained with; for another image size, resize pos_embed with "
+            "vitbook.resample_pos_embed after loading."
+        )
+    model = VisionTransformer(config)
+    model.load_state_dict(tensors, strict=True)
+    return model.eval()
+
+
+def from_timm_state_dict(
+    state_dict: Mapping[str, torch.Tensor], config: ViTConfig | str, **overrides: object
+) -> VisionTransformer:
+    """A ``VisionTransformer`` holding a timm ViT's weights, in eval mode.
+
+    The names are the same, so this only checks: every key must be one of the model's, every
+    parameter must be present, every shape must fit. A timm state dict does not say how many heads
+    the model has, so the config is an argument.
+
+    Args:
+        state_dict: e.g. the ``state_dict()`` of
+            ``timm.create_model("vit_base_patch16_224", pretrained=True)``.
+        config: a ``ViTConfig``, or a preset name such as ``"ViT-B/16"`` (timm's LayerNorm epsilon,
+            1e-6, is the default).
+        **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
+
+    Raises:
+        TypeError: ``state_dict`` is not a mapping of tensors, or ``config`` is neither type.
+        ValueError: unexpected keys (timm extras such as ``fc_norm``, ``reg_token`` or layer scale
+            are not part of the paper's ViT), missing keys, or shapes that do not fit.
+
+    Example:
+        >>> source = VisionTransformer(ViTConfig(img_size=32, patch_size=8, embed_dim=24,
+        ...                                      depth=2, num_heads=3, num_classes=10))
+        >>> model = from_timm_state_dict(source.state_dict(), source.config)
+        >>> model.config == source.config, model.training
+        (True, False)
+
+    See chapter: A pretrained ViT.
+    """
+    tensors = _state_dict("state_dict", state_dict)
+    if isinstance(config, str):
+        config = ViTConfig.from_name(config, **overrides)
+    elif isinstance(config, ViTConfig):
+        config = dataclasses.replace(config, **overrides)
+    else:
+        raise TypeError(
+            f"config must be a ViTConfig or a preset name such as 'ViT-B/16', got "
+            f"{type(config).__name__}."
+        )
+    unexpected = sorted(tensors.keys() - _expected(config).keys())
+    if unexpected:
+        raise ValueError(
+            f"the state dict has {len(unexpected)} key(s) that this ViT has no place for: "
+            f"{unexpected}; vitbook builds the paper's ViT (no fc_norm, register tokens or layer "
+            "scale). Nothing was loaded; remove those keys yourself only if you mean to drop them."
+        )
+    return _build(config, tensors, {})
+
+
+def _hf_dict(hf_config: object) -> dict:
+    if hasattr(hf_config, "to_dict"):  # a transformers ViTConfig
+        hf_config = hf_config.to_dict()
+    if not isinstance(hf_config, Mapping):
+        raise TypeError(
+            f"hf_config must be a transformers ViTConfig or the dict of its config.json, got "
+            f"{type(hf_config).__name__}."
+        )
+    return dict(hf_config)
+
+
+def hf_class_names(hf_config: object) -> tuple[str, ...]:
+    """The class names of a Hugging Face config (``id2label``), in the order of the logits.
+
+    Example:
+        >>> hf_class_names({"id2label": {"1": "cat", "0": "dog"}})
+        ('dog', 'cat')
+
+    See chapter: A pretrained ViT.
+    """
+    labels = _hf_dict(hf_config).get("id2label") or {}
+    ordered = sorted((int(index), str(name)) for index, name in labels.items())
+    if [index for index, _ in ordered] != list(range(len(ordered))):
+        raise ValueError(
+            f"id2label must number its classes 0, 1, 2, ... without gaps; got the indices "
+            f"{[index for index, _ in ordered][:10]}."
+        )
+    return tuple(name for _, name in ordered)
+
+
+def config_from_hf(hf_config: object, *, num_classes: int, **overrides: object) -> ViTConfig:
+    """The ``ViTConfig`` of a Hugging Face ViT config: sizes, LayerNorm epsilon and dropout.
+
+    Args:
+        hf_config: a ``transformers.ViTConfig`` or the dict read from its ``config.json``.
+        num_classes: rows of the classifier (0 for a ``ViTModel`` without one); Hugging Face
+            configs carry a label count even when there is no classifier, so it is an argument.
+        **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
+
+    Raises:
+        TypeError: ``hf_config`` is neither a config nor a dict.
+        ValueError: a model type other than ``"vit"``, an activation other than exact GELU, or
+            a missing size.
+
+    Example:
+        >>> hf = {"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 2,
+        ...       "num_attention_heads": 4, "intermediate_size": 256, "image_size": 32,
+        ...       "patch_size": 8, "layer_norm_eps": 1e-12}
+        >>> cfg = config_from_hf(hf, num_classes=10)
+        >>> cfg.embed_dim, cfg.mlp_ratio, cfg.norm_eps, cfg.num_classes
+        (64, 4.0, 1e-12, 10)
+
+    See chapter: A pretrained ViT.
+    """
+    hf = _hf_dict(hf_config)
+    model_type = hf.get("model_type", "vit")
+    if model_type != "vit":
+        raise ValueError(
+            f"model_type={model_type!r} is not a plain ViT; vitbook converts model_type='vit' "
+            "(DeiT, BEiT, DINOv2 and others differ in tokens, norms or biases)."
+        )
+    activation = hf.get("hidden_act", "gelu")
+    if activation != "gelu":
+        raise ValueError(
+            f"hidden_act={activation!r}: vitbook's MLP uses the exact GELU ('gelu') of ViT."
+        )
+    sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    absent = [name for name in (*sizes, "image_size", "patch_size") if name not in hf]
+    if absent:
+        raise ValueError(f"hf_config lacks {absent}; pass the model's full config.json.")
+    width, hidden = hf["hidden_size"], hf["intermediate_size"]
+    mlp_ratio = hidden / width
+    if int(width * mlp_ratio) != hidden:  # float rounding, e.g. 7 * (61 / 7) = 60.99999...
+        mlp_ratio = math.nextafter(mlp_ratio, math.inf)
+    if int(width * mlp_ratio) != hidden:
+        raise ValueError(
+            f"intermediate_size={hidden} is not int(hidden_size * r) for r = {mlp_ratio!r}."
+        )
+    image_size = hf["image_size"]
+    fields = {
+        "img_size": tuple(image_size) if isinstance(image_size, (list, tuple)) else image_size,
+        "patch_size": hf["patch_size"],
+        "in_chans": hf.get("num_channels", 3),
+        "num_classes": num_classes,
+        "embed_dim": width,
+        "depth": hf["num_hidden_layers"],
+        "num_heads": hf["num_attention_heads"],
+        "mlp_ratio": mlp_ratio,
+        "qkv_bias": hf.get("qkv_bias", True),
+        "norm_eps": hf.get("layer_norm_eps", 1e-12),
+        "drop_rate": hf.get("hidden_dropout_prob", 0.0),
+        "attn_drop_rate": hf.get("attention_probs_dropout_prob", 0.0),
+    }
+    return ViTConfig(**{**fields, **overrides})
+
+
+def _hf_source(name: str) -> tuple[str, str] | None:
+    """A Hugging Face key without its "vit." prefix -> (vitbook name, q/k/v part or "")."""
+    if name in _HF_HEAD.values():
+        return next(ours for ours, theirs in _HF_HEAD.items() if theirs == name), ""
+    inner = name.removeprefix("vit.")
+    for ours, theirs in _HF_TOP.items():
+        if inner == theirs:
+            return ours, ""
+    for pattern in _HF_LAYER:
+        match = pattern.match(inner)
+        if match is None:
+            continue
+        index, rest = match.groups()
+        for ours, layouts in _HF_BLOCK.items():
+            for theirs in layouts:
+                if rest.startswith(theirs + "."):
+                    suffix = rest[len(theirs) + 1 :]
+                    if ours in ("attn.q", "attn.k", "attn.v"):
+                        return f"blocks.{index}.attn.qkv.{suffix}", ours[-1]
+                    return f"blocks.{index}.{ours}.{suffix}", ""
+    return None
+
+
+def from_hf_state_dict(
+    state_dict: Mapping[str, torch.Tensor], hf_config: object, **overrides: object
+) -> VisionTransformer:
+    """A ``VisionTransformer`` holding a Hugging Face ViT's weights, in eval mode.
+
+    Accepts the state dict of a ``ViTForImageClassification`` or a ``ViTModel``, with the names
+    of the files on the Hub (and transformers 4) or of transformers 5 modules. Query, key and value
+    are stacked into ``qkv``; ``layer_norm_eps`` becomes ``norm_eps``.
+
+    Args:
+        state_dict: e.g. ``safetensors.torch.load_file("model.safetensors")``.
+        hf_config: its ``transformers.ViTConfig``, or the dict of its ``config.json``.
+        **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
+
+    Raises:
+        TypeError: the arguments are not a mapping of tensors and a config.
+        ValueError: keys the model has no place for (each named, e.g. a ``pooler``), missing
+            parameters, shapes that do not fit the config, or a config vitbook cannot build.
+
+    Example:
+        >>> source = VisionTransformer(ViTConfig(img_size=32, patch_size=8, embed_dim=24,
+        ...                                      depth=2, num_heads=3, num_classes=10))
+        >>> hf = {"hidden_size": 24, "num_hidden_layers": 2, "num_attention_heads": 3,
+        ...       "intermediate_size": 96, "image_size": 32, "patch_size": 8,
+        ...       "layer_norm_eps": 1e-6}
+        >>> model = from_hf_state_dict(to_hf_state_dict(source), hf)
+        >>> images = torch.randn(2, 3, 32, 32)
+        >>> bool((model(images) == source.eval()(images)).all())
+        True
+
+    See chapter: A pretrained ViT.
+    """
+    tensors = _state_dict("state_dict", state_dict)
+    converted: dict[str, torch.Tensor] = {}
+    origin: dict[str, str] = {}
+    qkv_parts: dict[str, dict[str, torch.Tensor]] = {}
+    unexpected = []
+    for name, tensor in tensors.items():
+        target = _hf_source(name)
+        if target is None:
+            unexpected.append(name)
+            continue
+        ours, part = target
+        if part:
+            qkv_parts.setdefault(ours, {})[part] = tensor
+        elif ours in converted:
+            raise ValueError(
+                f"{name} and {origin[ours]} both map to {ours}; pass one model's state dict."
+            )
+        else:
+            converted[ours], origin[ours] = tensor, name
+    if unexpected:
+        reasons = [
+            f"{name} ({why})" if (why := _why_not(name)) else name for name in sorted(unexpected)
+        ]
+        raise ValueError(
+            f"the state dict has {len(unexpected)} key(s) that a ViT has no place for: {reasons}. "
+            "Nothing was loaded; remove those keys yourself only if you mean to drop them."
+        )
+    for ours, parts in qkv_parts.items():
+        lacking = [p for p in "qkv" if p not in parts]
+        if lacking:
+            raise ValueError(
+                f"{ours} needs query, key and value; the state dict lacks "
+                f"{[{'q': 'query', 'k': 'key', 'v': 'value'}[p] for p in lacking]} for it."
+            )
+        converted[ours] = torch.cat([parts["q"], parts["k"], parts["v"]])  # (3D, D) or (3D,)
+        origin[ours] = f"{ours} (query, key, value)"
+    num_classes = converted["head.weight"].shape[0] if "head.weight" in converted else 0
+    config = config_from_hf(hf_config, num_classes=num_classes, **overrides)
+    names = hf_class_names(hf_config)
+    if num_classes and names and len(names) != num_classes:
+        raise ValueError(
+            f"the classifier has {num_classes} rows but id2label names {len(names)} classes; "
+            "pass the config that belongs to these weights."
+        )
+    for ours, theirs in {**_HF_TOP, **_HF_HEAD}.items():
+        origin.setdefault(ours, theirs)
+    return _build(config, converted, origin)
+
+
+def _why_not(name: str) -> str:
+    inner = name.removeprefix("vit.")
+    return next((why for prefix, why in _WHY_NOT.items() if inner.startswith(prefix)), "")
+
+
+def to_hf_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
+    """A vitbook ViT's weights under the names of a Hugging Face ``ViTForImageClassification``.
+
+    The inverse of :func:`from_hf_state_dict`, for the names of files on the Hub: ``qkv`` is split
+    back into query, key and value. Only models that Hugging Face's ViT can express convert: a
+    class token, learned positions, class-token pooling.
+
+    Raises:
+        TypeError: ``model`` is not a ``VisionTransformer``.
+        ValueError: its config has no Hugging Face ViT counterpart.
+
+    Example:
+        >>> model = VisionTransformer(ViTConfig(img_size=32, patch_size=8, embed_dim=24,
+        ...                                     depth=1, num_heads=3, num_classes=10))
+        >>> hf = to_hf_state_dict(model)
+        >>> hf["vit.encoder.layer.0.attention.attention.key.weight"].shape
+        torch.Size([24, 24])
+
+    See chapter: A pretrained ViT.
+    """
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(f"model must be a vitbook VisionTransformer, got {type(model).__name__}.")
+    cfg = model.config
+    if not (cfg.class_token and cfg.pos_embed == "learned" and cfg.pool == "cls"):
+        raise ValueError(
+            "a Hugging Face ViT has a class token, learned positions and class-token pooling; "
+            f"this model has class_token={cfg.class_token}, pos_embed={cfg.pos_embed!r}, "
+            f"pool={cfg.pool!r}."
+        )
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach()
+        if name in _HF_HEAD:
+            out[_HF_HEAD[name]] = tensor
+        elif name in _HF_TOP:
+            out["vit." + _HF_TOP[name]] = tensor
+        else:
+            _, index, rest = name.split(".", 2)  # blocks.{i}.attn.qkv.weight
+            prefix = f"vit.encoder.layer.{index}."
+            module, suffix = rest.rsplit(".", 1)
+            if module == "attn.qkv":
+                for part, chunk in zip("qkv", tensor.chunk(3), strict=True):
+                    out[prefix + _HF_BLOCK[f"attn.{part}"][0] + "." + suffix] = chunk.clone()
+            else:
+                out[prefix + _HF_BLOCK[module][0] + "." + suffix] = tensor
+    return out
