@@ -116,6 +116,9 @@ def tool_env() -> dict[str, str]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env.setdefault(name, threads)
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiets a debugger warning in kernels
+    # Builds and tests never download: the pretrained-ViT chapter then takes its offline path.
+    # Set HF_HUB_OFFLINE=0 to build that chapter with the real model, downloaded once and cached.
+    env.setdefault("HF_HUB_OFFLINE", "1")
     return env
 
 

@@ -38,6 +38,7 @@ def kernel_env() -> dict[str, str]:
     env.pop("MPLBACKEND", None)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    env.setdefault("HF_HUB_OFFLINE", "1")  # no downloads at test time (see tasks.py)
     return env
 
 

@@ -1,17 +1,23 @@
-"""vitbook.pretrained: the shipped digits ViT loads without unpickling and is as good as stated."""
+"""vitbook.pretrained: the shipped digits ViT; Hugging Face checkpoints from a folder or cache."""
 
 import json
 import pickle
+import sys
 
 import pytest
 import torch
+from hubtools import VIT_PREPROCESSOR, add_snapshot
 
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.data import load_digits_split
 from vitbook.pretrained import (
     DIGITS_VIT_PATH,
+    PretrainedUnavailableError,
+    PretrainedViT,
+    load_digits_pretrained,
     load_digits_vit,
     load_model,
+    load_pretrained,
     read_metadata,
     save_model,
 )
@@ -74,3 +80,100 @@ def test_errors(tmp_path):
     save_file({"w": torch.zeros(1)}, str(tmp_path / "bare.safetensors"))
     with pytest.raises(ValueError, match="no 'config' entry"):
         load_model(tmp_path / "bare.safetensors")
+
+
+# --- Hugging Face checkpoints, without a network ---------------------------------------------
+
+
+def tiny_hf_checkpoint(folder, *, labels=("cat", "dog", "fish")):
+    """A random Hugging Face ViT written by save_pretrained: config.json and model.safetensors."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        image_size=32, patch_size=8, id2label=dict(enumerate(labels)),
+    )  # fmt: skip
+    model = transformers.ViTForImageClassification(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    model.save_pretrained(folder)
+    return model
+
+
+def test_load_pretrained_from_the_hub_cache_gives_the_original_predictions(tmp_path):
+    hf_model = tiny_hf_checkpoint(tmp_path / "saved")
+    cache = tmp_path / "cache"
+    preprocessor = {**VIT_PREPROCESSOR, "image_mean": [0.4, 0.5, 0.6]}
+    preprocessor["image_std"] = [0.2, 0.25, 0.3]
+    add_snapshot(cache, "someone/tiny-vit", tmp_path / "saved", preprocessor=preprocessor)
+    bundle = load_pretrained("someone/tiny-vit", cache_dir=cache, local_files_only=True)
+    assert isinstance(bundle, PretrainedViT) and isinstance(bundle.model, VisionTransformer)
+    assert bundle.class_names == ("cat", "dog", "fish") and bundle.source == "someone/tiny-vit"
+    assert (bundle.mean, bundle.std) == ((0.4, 0.5, 0.6), (0.2, 0.25, 0.3))
+    assert bundle.model.config.norm_eps == 1e-12 and not bundle.model.training
+    pictures = torch.rand(2, 3, 32, 32)
+    inputs = bundle.preprocess(pictures)
+    mean, std = torch.tensor([0.4, 0.5, 0.6]), torch.tensor([0.2, 0.25, 0.3])
+    torch.testing.assert_close(inputs, (pictures - mean[:, None, None]) / std[:, None, None])
+    with torch.no_grad():
+        expected = hf_model(pixel_values=inputs).logits
+        torch.testing.assert_close(bundle.model(inputs), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_load_pretrained_from_a_folder_and_from_a_pickled_checkpoint(tmp_path):
+    hf_model = tiny_hf_checkpoint(tmp_path)
+    from_safetensors = load_pretrained(str(tmp_path))
+    assert (from_safetensors.mean, from_safetensors.std) == ((0.5,) * 3, (0.5,) * 3)  # defaults
+    (tmp_path / "model.safetensors").unlink()
+    torch.save(hf_model.state_dict(), tmp_path / "pytorch_model.bin")  # transformers 5 names
+    from_pickle = load_pretrained(str(tmp_path), attn_impl="sdpa")
+    assert from_pickle.model.config.attn_impl == "sdpa"
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            from_pickle.model(images), from_safetensors.model(images), rtol=1e-5, atol=1e-5
+        )  # the fused path against the explicit one
+
+
+def test_offline_without_a_cached_copy_says_what_to_do(tmp_path):
+    with pytest.raises(PretrainedUnavailableError) as caught:
+        load_pretrained(cache_dir=tmp_path, local_files_only=True)
+    message = str(caught.value)
+    assert "'google/vit-base-patch16-224'" in message and "HF_HUB_OFFLINE" in message
+    assert "load_digits_pretrained()" in message and "local folder" in message
+    assert isinstance(caught.value, OSError)
+
+
+def test_missing_huggingface_hub_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails as if not installed
+    with pytest.raises(PretrainedUnavailableError, match=r'pip install "vitbook\[pretrained\]"'):
+        load_pretrained(cache_dir=tmp_path, local_files_only=True)
+
+
+def test_load_pretrained_errors(tmp_path):
+    with pytest.raises(TypeError, match="name must be a Hub repository"):
+        load_pretrained(None)
+    with pytest.raises(ValueError, match="is not a model repository .* nor a local folder"):
+        load_pretrained("no such/folder/here", cache_dir=tmp_path, local_files_only=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="has no config.json"):
+        load_pretrained(str(tmp_path / "empty"))
+    tiny_hf_checkpoint(tmp_path / "weightless")
+    (tmp_path / "weightless" / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"none of the weight files \['model.safetensors'"):
+        load_pretrained(str(tmp_path / "weightless"))
+
+
+def test_digits_bundle_and_preprocess_checks():
+    bundle = load_digits_pretrained()
+    assert bundle.class_names == tuple("0123456789") and bundle.model.config.in_chans == 1
+    _, _, x_test, y_test = load_digits_split()
+    with torch.no_grad():
+        predicted = bundle.model(bundle.preprocess(x_test)).argmax(-1)
+    assert (predicted == y_test).float().mean() >= 0.98  # preprocessing leaves digits unchanged
+    assert bundle.preprocess(x_test[0]).shape == (1, 1, 8, 8)
+    with pytest.raises(TypeError, match="float tensor with values in"):
+        bundle.preprocess(torch.zeros(1, 1, 8, 8, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"\(B, 1, H, W\) or \(1, H, W\).*\(2, 3, 8, 8\)"):
+        bundle.preprocess(torch.zeros(2, 3, 8, 8))
