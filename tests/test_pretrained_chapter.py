@@ -78,10 +78,10 @@ def test_chapter_runs_its_online_path_on_the_cached_vit_b16(vit_b16_cache, monke
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
             texts.append(output.get("text", ""))
-            texts.append(output.get("data", {}).get("text/markdown", ""))
+            texts.append(output.get("data", {}).get("text/html", ""))
     text = "\n".join(texts)
-    assert f"**Loaded `{DEFAULT_CHECKPOINT}`**: 1000 classes, 86,567,656 parameters" in text
+    assert f"Online: {DEFAULT_CHECKPOINT}</p><p>1000 classes, 86,567,656 parameters" in text
     assert "Offline" not in text
-    assert "224 x 224 pixels, 14 x 14 patches of 16 x 16, D = 768, 12 blocks of 12 heads" in text
+    assert "224 x 224 pixels, 14 x 14 patches of 16 x 16, D = 768\n12 blocks of 12 heads" in text
     assert "grace_hopper\n" in text and "Exercise 2: correct" in text
     print(f"online path of {CHAPTER.name}: {seconds:.1f} s")
