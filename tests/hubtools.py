@@ -38,3 +38,13 @@ def add_snapshot(cache: Path, repo_id: str, folder: Path, *, preprocessor: dict 
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
     return snapshot
+
+
+def perturb_(model, scale: float) -> None:
+    """Add noise of std ``scale`` to every parameter, in place, so that no bias stays at zero and
+    no LayerNorm scale at one: a swapped query and key bias would otherwise go unnoticed."""
+    import torch
+
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * scale)

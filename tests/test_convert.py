@@ -12,6 +12,7 @@ import dataclasses
 
 import pytest
 import torch
+from hubtools import perturb_
 from safetensors.torch import load_file
 
 from vitbook import VisionTransformer, ViTConfig
@@ -53,9 +54,7 @@ def hf_vit(*, eps: float = 1e-12, pooled: bool = False, seed: int = 0, **sizes):
         model = transformers.ViTModel(config, add_pooling_layer=True)
     else:
         model = transformers.ViTForImageClassification(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.1)
+    perturb_(model, 0.1)
     return model.eval(), config
 
 

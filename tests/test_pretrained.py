@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from hubtools import VIT_PREPROCESSOR, add_snapshot
+from hubtools import VIT_PREPROCESSOR, add_snapshot, perturb_
 
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.data import load_digits_split
@@ -94,9 +94,7 @@ def tiny_hf_checkpoint(folder, *, labels=("cat", "dog", "fish")):
         image_size=32, patch_size=8, id2label=dict(enumerate(labels)),
     )  # fmt: skip
     model = transformers.ViTForImageClassification(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.1)
+    perturb_(model, 0.1)
     model.save_pretrained(folder)
     return model
 

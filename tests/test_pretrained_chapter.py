@@ -16,7 +16,7 @@ import nbformat
 import pytest
 import torch
 from booktools import ROOT
-from hubtools import VIT_PREPROCESSOR, add_snapshot
+from hubtools import VIT_PREPROCESSOR, add_snapshot, perturb_
 
 from vitbook.data import sample_image
 from vitbook.pretrained import DEFAULT_CHECKPOINT, load_pretrained
@@ -35,9 +35,7 @@ def vit_b16_cache(tmp_path_factory):
     labels = {k: f"class {k}, synonym of class {k}" for k in range(1000)}  # ImageNet style
     config = transformers.ViTConfig(id2label=labels, attn_implementation="eager")  # ViT-B/16
     model = transformers.ViTForImageClassification(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.02)  # no bias left at zero
+    perturb_(model, 0.02)
     model.save_pretrained(root / "saved")
     add_snapshot(root / "hub", DEFAULT_CHECKPOINT, root / "saved", preprocessor=VIT_PREPROCESSOR)
     return root, model
