@@ -45,10 +45,12 @@ def built_book() -> Path:
     """
     BUILD_DIR.mkdir(exist_ok=True)
     command = [venv_executable(BUILD_COMMAND[0]), *BUILD_COMMAND[1:]]
+    # Built under MPLBACKEND=Agg on purpose, as a headless CI runner may set it: the book must
+    # keep every figure all the same (book/_ext/figure_guard.py fails the build otherwise).
     result = subprocess.run(
         command,
         cwd=ROOT,
-        env=kernel_env(),
+        env={**kernel_env(), "MPLBACKEND": "Agg"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

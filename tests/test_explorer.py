@@ -35,7 +35,7 @@ def plot_line(slope, colour="C0"):
 @pytest.fixture
 def lines():
     calls.clear()
-    return explore(plot_line, slope=[-2, 0, 2], colour=["C0", "C3"])
+    return explore(plot_line, slope=[-2, -1, 0, 1, 2], colour=["C0", "C3"])
 
 
 def shown_png(output: ipywidgets.Output) -> bytes:
@@ -57,7 +57,7 @@ def test_live_controls_are_a_slider_for_numbers_and_a_menu_for_strings(lines):
     assert isinstance(slider, ipywidgets.SelectionSlider)
     assert isinstance(menu, ipywidgets.Dropdown)
     assert isinstance(output, ipywidgets.Output)
-    assert list(slider.options) == ["-2", "0", "2"] and slider.value == "0"  # middle value
+    assert list(slider.options) == ["-2", "-1", "0", "1", "2"] and slider.value == "0"  # middle
     assert list(menu.options) == ["C0", "C3"] and menu.value == "C0"  # first entry
     assert slider.continuous_update is False
     assert (slider.description, menu.description) == ("slope", "colour")
@@ -83,7 +83,8 @@ def test_live_errors_show_under_the_controls():
             raise ValueError("value 1 is not drawable")
         return plot_line(value)
 
-    slider, output = explore(fails_on_one, value=[0, 1, 2], defaults={"value": 0}).live().children
+    explorer = explore(fails_on_one, value=[0, 1, 2, 3, 4], defaults={"value": 0})
+    slider, output = explorer.live().children
     slider.value = "1"
     (shown,) = output.outputs
     assert shown["output_type"] == "stream" and shown["name"] == "stderr"
@@ -93,7 +94,9 @@ def test_live_errors_show_under_the_controls():
 
 
 def test_labels_name_the_controls_and_continuous_update_is_passed_on():
-    explorer = explore(plot_line, slope=[1, 2], labels={"slope": "slope m"}, continuous_update=True)
+    explorer = explore(
+        plot_line, slope=range(1, 6), labels={"slope": "slope m"}, continuous_update=True
+    )
     slider, _ = explorer.live().children
     assert slider.description == "slope m" and slider.continuous_update is True
 
@@ -104,17 +107,17 @@ def test_labels_name_the_controls_and_continuous_update_is_passed_on():
 def test_static_html_has_one_frame_per_combination(lines):
     html = lines.to_html()
     frames, first = explorer_frames(html)
-    assert set(frames) == {f"{i},{j}" for i in range(3) for j in range(2)}
-    assert html.count("data:image/png;base64,") == lines.num_frames == 6
-    assert first == "1,0"  # slope 0 (middle value), colour C0 (first entry)
-    assert len(set(frames.values())) == 6, "every combination gives its own picture"
+    assert set(frames) == {f"{i},{j}" for i in range(5) for j in range(2)}
+    assert html.count("data:image/png;base64,") == lines.num_frames == 10
+    assert first == "2,0"  # slope 0 (middle value), colour C0 (first entry)
+    assert len(set(frames.values())) == 10, "every combination gives its own picture"
     assert all(png(uri).mode == "P" for uri in frames.values()), "frames are palette PNGs"
-    assert sorted(calls) == sorted((s, c) for s in (-2, 0, 2) for c in ("C0", "C3"))
+    assert sorted(calls) == sorted((s, c) for s in (-2, -1, 0, 1, 2) for c in ("C0", "C3"))
 
 
 def test_static_html_controls_match_the_parameters(lines):
     html = lines.to_html()
-    assert re.search(r'<input type="range" data-param="slope" min="0" max="2"[^>]*value="1"', html)
+    assert re.search(r'<input type="range" data-param="slope" min="0" max="4"[^>]*value="2"', html)
     assert "<output>0</output>" in html
     assert re.search(
         r'<select data-param="colour"[^>]*><option value="0" selected>C0</option>'
@@ -126,10 +129,10 @@ def test_static_html_controls_match_the_parameters(lines):
 
 def test_static_html_starts_at_the_defaults():
     html = explore(
-        plot_line, slope=[-2, 0, 2], colour=["C0", "C3"], defaults={"slope": 2, "colour": "C3"}
+        plot_line, slope=[-2, -1, 0, 1, 2], colour=["C0", "C3"], defaults={"slope": 2, "colour": "C3"}
     ).to_html()
     _, first = explorer_frames(html)
-    assert first == "2,1"
+    assert first == "4,1"
 
 
 def test_mime_bundle_holds_the_widget_view_and_the_static_html(lines):
@@ -138,10 +141,10 @@ def test_mime_bundle_holds_the_widget_view_and_the_static_html(lines):
     assert view["version_major"] == 2 and view["version_minor"] == 0
     assert re.fullmatch(r"[0-9a-f]{32}", view["model_id"])
     assert explorer_frames(bundle["text/html"])[0].keys() == {
-        f"{i},{j}" for i in range(3) for j in range(2)
+        f"{i},{j}" for i in range(5) for j in range(2)
     }
     assert bundle["text/plain"] == repr(lines)
-    assert repr(lines) == "Explorer(plot_line; slope: 3 values, colour: 2 values; 6 frames)"
+    assert repr(lines) == "Explorer(plot_line; slope: 5 values, colour: 2 values; 10 frames)"
 
 
 def test_colab_gets_the_live_widget_only(lines, monkeypatch):
@@ -208,7 +211,12 @@ def test_importing_the_widgets_module_does_not_import_ipywidgets():
         ({"slope": "abc"}, TypeError, r"slope='abc' is not a list"),
         ({"slope": torch.zeros(2, 2)}, TypeError, r"is not a list of values"),
         ({"slope": [1, 1.0]}, ValueError, r"slope has repeated values \['1', '1.0'\]|repeated"),
-        ({"slope": [1], "dpi": 0}, ValueError, r"dpi=0 must be a positive number"),
+        ({"slope": [1, 2], "dpi": 0}, ValueError, r"dpi=0 must be a positive number"),
+        (
+            {"slope": [1], "colour": ["C0", "C3"]},
+            ValueError,
+            r"slope has the single value 1: a control that cannot move.*functools\.partial",
+        ),
         ({}, ValueError, r"explore needs at least one parameter"),
     ],
 )
@@ -219,8 +227,8 @@ def test_bad_arguments_raise_clear_errors(kwargs, error, message):
 
 def test_plot_fn_must_be_callable_and_return_a_figure():
     with pytest.raises(TypeError, match="plot_fn must be a function returning a Figure"):
-        explore("plot_line", slope=[1])
-    explorer = explore(lambda slope: None, slope=[1])
+        explore("plot_line", slope=[1, 2])
+    explorer = explore(lambda slope: None, slope=[1, 2])
     with pytest.raises(TypeError, match="returned NoneType, not a matplotlib Figure"):
         explorer.to_html()
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from vitbook import axial_attention_mask, sincos_1d, sincos_2d
+from vitbook import axial_attention_mask, plotting, sincos_1d, sincos_2d
 from vitbook.plotting import (
     plot_attention_map,
     plot_axial_reach,
@@ -108,3 +108,59 @@ def test_axial_reach_counts_full_row_and_two_hop_reach():
         "reaches 5 of 15",
         "reaches 15 of 15",
     ]
+
+
+# --- the house style --------------------------------------------------------------------------
+
+# One call of every plot_* function in vitbook.plotting; a new function needs an entry here.
+EXAMPLES = {
+    "plot_patch_grid": lambda: plot_patch_grid(torch.rand(3, 64, 96), 16),
+    "plot_sincos": lambda: plot_sincos(5, 2, num_positions=16, dim=8),
+    "plot_position_similarity": lambda: plot_position_similarity(sincos_2d((3, 4), 8), (3, 4), 5),
+    "plot_attention_map": lambda: plot_attention_map(
+        torch.rand(3, 24, 40), torch.softmax(torch.randn(3, 5), -1), query=7
+    ),
+    "plot_axial_reach": lambda: plot_axial_reach((3, 5), query=7),
+}
+
+
+def texts_of(fig: Figure) -> list:
+    from matplotlib.text import Text
+
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def test_every_plot_function_has_a_house_style_example():
+    functions = {name for name in plotting.__all__ if name.startswith("plot_")}
+    assert functions == set(EXAMPLES), f"add examples for {functions - set(EXAMPLES)}"
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_figures_fit_the_column_with_legible_text(name):
+    fig = EXAMPLES[name]()
+    width, _ = fig.get_size_inches()
+    assert width <= plotting.COLUMN_WIDTH, f"{name}: {width} in is wider than the column"
+    assert fig.dpi == plotting.CSS_PX_PER_INCH
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    tight = fig.get_tightbbox(renderer)  # what the inline backend's bbox_inches="tight" keeps
+    assert tight.width <= plotting.COLUMN_WIDTH + 0.05, f"{name}: drawn {tight.width:.2f} in wide"
+    sizes = {t.get_text()[:30]: t.get_fontsize() for t in texts_of(fig)}
+    assert sizes, f"{name}: a figure without any text"
+    small = {text: size for text, size in sizes.items() if size < plotting.MIN_FONT_SIZE}
+    assert not small, f"{name}: text under {plotting.MIN_FONT_SIZE} pt: {small}"
+
+
+def test_house_style_holds_without_use_book_style():
+    import matplotlib
+
+    with matplotlib.rc_context({"font.size": 4, "xtick.labelsize": 3, "figure.dpi": 50}):
+        fig = plot_sincos(5, 2, num_positions=16, dim=8)
+    assert fig.dpi == plotting.CSS_PX_PER_INCH
+    assert min(t.get_fontsize() for t in texts_of(fig)) >= plotting.MIN_FONT_SIZE
+
+
+def test_new_figure_refuses_a_figure_wider_than_the_column():
+    with pytest.raises(ValueError, match=r"does not fit the column; use a width of at most"):
+        plotting.new_figure(plotting.COLUMN_WIDTH + 1, 3)

@@ -1,5 +1,7 @@
 """The book's interactive figures: the values they offer and one picture per combination."""
 
+import itertools
+
 import pytest
 import torch
 from booktools import explorer_frames
@@ -81,3 +83,31 @@ def test_default_queries_form_a_coarse_grid_with_the_corners():
     (query,) = axial_reach_explorer((16, 16)).params
     values = [v for _, v in query.options]
     assert len(values) == 64 and {0, 15, 240, 255} <= set(values)
+
+
+def colour_scales(explorer) -> set[str]:
+    """The colour-bar label of every frame (it states the scale)."""
+    ranges = [range(len(p.options)) for p in explorer.params]
+    return {
+        explorer.plot_fn(**explorer.values(indices)).axes[-1].get_ylabel()
+        for indices in itertools.product(*ranges)
+    }
+
+
+def test_attention_explorer_fixes_single_values_and_shares_one_colour_scale():
+    torch.manual_seed(0)
+    cfg = ViTConfig(img_size=(16, 24), patch_size=8, embed_dim=12, depth=1, num_heads=3)
+    explorer = attention_explorer(VisionTransformer(cfg), torch.rand(3, 16, 24))
+    assert [(p.name, len(p.options)) for p in explorer.params] == [("head", 3), ("query", 6)]
+    (scale,) = colour_scales(explorer)  # one scale for all 18 frames
+    assert scale.startswith("weight (square-root scale, 0 .. ")
+
+
+def test_position_similarity_scale_is_fixed_per_embedding_and_shows_sincos_structure():
+    explorer = position_similarity_explorer((3, 4), 16)
+    kind, _ = explorer.params
+    scales = colour_scales(explorer)
+    assert len(scales) == len(kind.options) == 3, scales  # one per embedding, whatever the query
+    sincos_2d_scale = explorer.plot_fn("sin-cos 2D (row, column)", 0).axes[-1].get_ylabel()
+    low = float(sincos_2d_scale.split("scale ")[1].split(" ..")[0])
+    assert low > -0.5, f"a 2D sine-cosine map on {sincos_2d_scale} would look uniform"

@@ -23,17 +23,26 @@ from collections.abc import Sequence
 __all__ = ["render"]
 
 
-def render(params: Sequence, frames: dict[str, str]) -> str:
-    """The HTML of one figure, from its parameters (``vitbook.explorer.Param``) and all frames."""
+def render(
+    params: Sequence, frames: dict[str, str], *, description: str, size: tuple[int, int]
+) -> str:
+    """The HTML of one figure, from its parameters (``vitbook.explorer.Param``) and all frames.
+
+    ``size`` is the (width, height) in CSS px at which every frame is shown (the PNGs hold twice
+    as many pixels); ``description`` starts each frame's alt text, which the script completes
+    with the controls' values, as ``Explorer.alt`` does.
+    """
     frames = dict(frames)
     key = ",".join(str(p.default) for p in params)
     first = frames.pop(key)  # shown by the <img> itself; the script adds it back
     controls = "".join(_control(p) for p in params)
-    names = ", ".join(p.label for p in params)
+    values = ", ".join(f"{p.label} = {p.options[p.default][0]}" for p in params)
+    width, height = size
     return (
         f'<div class="vitbook-explorer">{STYLE}<div class="vbx-controls">{controls}</div>'
-        f'<img class="vbx-frame" data-key="{key}" src="{first}" '
-        f'alt="{html.escape(f"figure with controls for {names}")}">'
+        f'<img class="vbx-frame" data-key="{key}" src="{first}" width="{width}" '
+        f'height="{height}" data-description="{html.escape(description)}" '
+        f'alt="{html.escape(f"{description} ({values})")}">'
         f'<script type="application/json" class="vbx-frames">{json.dumps(frames)}</script>'
         f'<script class="vbx-js">{SCRIPT}</script></div>'
     )
@@ -47,21 +56,24 @@ def _control(p) -> str:
             for i, (text, _) in enumerate(p.options)
         )
         select = f'<select data-param="{p.name}" autocomplete="off">{options}</select>'
-        return f"<label>{label} {select}</label>"
+        return f'<label data-label="{label}">{label} {select}</label>'
     texts = html.escape(json.dumps([text for text, _ in p.options]))
     return (
-        f'<label>{label} <input type="range" data-param="{p.name}" min="0" '
+        f'<label data-label="{label}">{label} <input type="range" data-param="{p.name}" min="0" '
         f'max="{len(p.options) - 1}" step="1" value="{p.default}" autocomplete="off" '
         f'data-labels="{texts}"><output>{html.escape(p.options[p.default][0])}</output></label>'
     )
 
 
 STYLE = (
-    "<style>.vitbook-explorer{margin:0.5em 0}"
-    ".vitbook-explorer .vbx-controls{display:flex;flex-wrap:wrap;gap:0.4em 2em;margin:0 0 0.5em}"
-    ".vitbook-explorer label{display:inline-flex;align-items:center;gap:0.6em;margin:0}"
-    ".vitbook-explorer input[type=range]{width:14em}"
-    ".vitbook-explorer output{min-width:7em;font-variant-numeric:tabular-nums;font-weight:600}"
+    "<style>.vitbook-explorer{margin:0.5em 0;max-width:100%}"
+    ".vitbook-explorer .vbx-controls{display:flex;flex-wrap:wrap;gap:0.4em 1.5em;margin:0 0 0.5em}"
+    ".vitbook-explorer label{display:inline-flex;flex-wrap:wrap;align-items:center;"
+    "gap:0.2em 0.6em;margin:0;max-width:100%}"
+    ".vitbook-explorer input[type=range]{width:14em;max-width:100%}"
+    ".vitbook-explorer select{max-width:100%}"
+    ".vitbook-explorer output{white-space:nowrap;font-variant-numeric:tabular-nums;"
+    "font-weight:600}"
     ".vitbook-explorer img{max-width:100%;height:auto;display:block}</style>"
 )
 
@@ -74,16 +86,20 @@ SCRIPT = """(function () {
   frames[img.getAttribute("data-key")] = img.getAttribute("src");
   var controls = root.querySelectorAll("[data-param]");
   function show() {
-    var key = [];
+    var key = [], values = [];
     for (var i = 0; i < controls.length; i++) {
-      var control = controls[i];
+      var control = controls[i], text;
       key.push(control.value);
       if (control.type === "range") {
-        var texts = JSON.parse(control.getAttribute("data-labels"));
-        control.parentNode.querySelector("output").textContent = texts[control.value];
+        text = JSON.parse(control.getAttribute("data-labels"))[control.value];
+        control.parentNode.querySelector("output").textContent = text;
+      } else {
+        text = control.options[control.selectedIndex].textContent;
       }
+      values.push(control.parentNode.getAttribute("data-label") + " = " + text);
     }
     img.setAttribute("data-key", key.join(","));
+    img.alt = img.getAttribute("data-description") + " (" + values.join(", ") + ")";
     img.src = frames[key.join(",")];
   }
   for (var i = 0; i < controls.length; i++) {

@@ -26,10 +26,12 @@ import torch
 from matplotlib.figure import Figure
 
 from vitbook import _static_page
+from vitbook.plotting.style import CSS_PX_PER_INCH, PNG_SCALE
 
-__all__ = ["MAX_FRAMES", "Explorer", "Param", "explore"]
+__all__ = ["MAX_FRAMES", "MENU_MAX_CHOICES", "Explorer", "Param", "explore"]
 
 MAX_FRAMES = 400
+MENU_MAX_CHOICES = 4  # up to 4 choices: a menu; a slider needs at least 5 values to be worth moving
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
@@ -44,7 +46,9 @@ class Param:
 
     @property
     def is_dropdown(self) -> bool:
-        return all(isinstance(value, str) for _, value in self.options)
+        """A menu for words and for a few choices; a slider for a range of 5 values or more."""
+        few = len(self.options) <= MENU_MAX_CHOICES
+        return few or all(isinstance(value, str) for _, value in self.options)
 
 
 def _label(value: object) -> str:
@@ -116,7 +120,8 @@ def explore(
     *,
     defaults: Mapping[str, object] | None = None,
     labels: Mapping[str, str] | None = None,
-    dpi: float = 80,
+    description: str | None = None,
+    dpi: float = CSS_PX_PER_INCH,
     continuous_update: bool = False,
     **params: object,
 ) -> Explorer:
@@ -128,26 +133,34 @@ def explore(
         defaults: the value each control starts at (default: the middle value of a slider, the
             first of a drop-down menu).
         labels: the text shown next to each control (default: the parameter name).
-        dpi: resolution of the pictures; 80 dots per inch keeps a 7-inch-wide figure readable.
+        description: what the figure shows, in a few words; with the values of the controls it
+            is the picture's alt text (default: the first line of ``plot_fn``'s docstring).
+        dpi: CSS pixels per inch of figure on the page (default 100, the house style of
+            :mod:`vitbook.plotting.style`); pictures are stored at ``PNG_SCALE`` (2) times that
+            and shown at their CSS size, sharp on high-DPI screens.
         continuous_update: redraw while a live slider is dragged (only for fast ``plot_fn``).
         **params: for each parameter of ``plot_fn``, the values to offer: a list, a range, a 1-D
             array, or a dict ``{label: value}``. All strings give a drop-down menu, anything
-            else a slider.
+            else a slider; 2 to 4 values of any kind give a menu too (a slider needs at least
+            5 values to be worth moving). A parameter needs at least 2 values: fix the others
+            with ``functools.partial`` or a closure.
 
     Returns:
         An :class:`Explorer`; display it (last value of a cell) to get the figure.
 
     Raises:
-        ValueError: no parameter, an empty list of values, a name that ``plot_fn`` does not take,
+        ValueError: no parameter, fewer than 2 values, a name that ``plot_fn`` does not take,
             a default that is not among the values, unknown names in ``defaults`` or ``labels``,
             or more than :data:`MAX_FRAMES` combinations.
         TypeError: ``plot_fn`` is not callable, or values that are not a list.
 
     Example:
         >>> from vitbook.plotting import plot_sincos
-        >>> explorer = explore(plot_sincos, position=range(0, 64, 16), dimension=[0, 1, 8])
+        >>> explorer = explore(plot_sincos, position=range(0, 64, 4), dimension=[0, 1, 8])
         >>> explorer.num_frames
-        12
+        48
+        >>> [p.is_dropdown for p in explorer.params]  # a slider, and a menu for 3 choices
+        [False, True]
         >>> explore(plot_sincos, position=[], dimension=[0])
         Traceback (most recent call last):
         ...
@@ -181,6 +194,11 @@ def explore(
                     f"defaults[{name!r}]={defaults[name]!r} is not one of the values of {name}: "
                     f"{', '.join(label for label, _ in options)}; pick one of them."
                 )
+        if len(options) < 2:
+            raise ValueError(
+                f"{name} has the single value {options[0][0]}: a control that cannot move. Offer "
+                f"at least 2 values, or fix it with functools.partial(plot_fn, {name}=...)."
+            )
         controls.append(Param(name, str(labels.get(name, name)), options, default))
     counts = [len(param.options) for param in controls]
     if math.prod(counts) > MAX_FRAMES:
@@ -190,7 +208,16 @@ def explore(
             "the frames a page of the HTML book can embed and stay under 5 MB; offer fewer "
             "values (every other one, say)."
         )
-    return Explorer(plot_fn, tuple(controls), dpi=dpi, continuous_update=continuous_update)
+    if description is None:
+        doc = (getattr(plot_fn, "__doc__", None) or "").strip()
+        description = doc.splitlines()[0].rstrip(".") if doc else "A figure with controls"
+    return Explorer(
+        plot_fn,
+        tuple(controls),
+        dpi=dpi,
+        continuous_update=continuous_update,
+        description=str(description),
+    )
 
 
 class Explorer:
@@ -201,9 +228,9 @@ class Explorer:
 
     Example:
         >>> from vitbook.plotting import plot_axial_reach
-        >>> explorer = explore(plot_axial_reach, grid_size=[(2, 3)], query=range(6))
+        >>> explorer = explore(plot_axial_reach, grid_size=[(2, 3), (3, 2)], query=range(6))
         >>> explorer
-        Explorer(plot_axial_reach; grid_size: 1 value, query: 6 values; 6 frames)
+        Explorer(plot_axial_reach; grid_size: 2 values, query: 6 values; 12 frames)
 
     See chapter: How the interactive figures work.
     """
@@ -215,9 +242,11 @@ class Explorer:
         *,
         dpi: float,
         continuous_update: bool,
+        description: str = "A figure with controls",
     ) -> None:
         self.plot_fn, self.params = plot_fn, params
         self.dpi, self.continuous_update = dpi, continuous_update
+        self.description = description
 
     def __repr__(self) -> str:
         name = getattr(self.plot_fn, "__name__", "plot_fn")
@@ -235,8 +264,18 @@ class Explorer:
         """The keyword arguments of ``plot_fn`` for one index into each parameter's values."""
         return {p.name: p.options[i][1] for p, i in zip(self.params, indices, strict=True)}
 
+    def alt(self, indices: tuple[int, ...]) -> str:
+        """The alt text of one frame: the description and the value of every control."""
+        values = ", ".join(
+            f"{p.label} = {p.options[i][0]}" for p, i in zip(self.params, indices, strict=True)
+        )
+        return f"{self.description} ({values})"
+
     def png(self, indices: tuple[int, ...], *, palette: bool = False) -> bytes:
-        """Draw one frame and return it as PNG bytes (palette-quantised for the static page)."""
+        """Draw one frame and return it as PNG bytes (palette-quantised for the static page).
+
+        The PNG holds ``PNG_SCALE`` pixels per CSS pixel: show it at ``size / PNG_SCALE``.
+        """
         import matplotlib.pyplot as plt
 
         fig = self.plot_fn(**self.values(indices))
@@ -246,7 +285,7 @@ class Explorer:
                 "`return fig`."
             )
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=self.dpi, facecolor="white")
+        fig.savefig(buffer, format="png", dpi=self.dpi * PNG_SCALE, facecolor="white")
         plt.close(fig)
         if not palette:
             return buffer.getvalue()
@@ -327,7 +366,16 @@ class Explorer:
 
     def to_html(self) -> str:
         """The static figure: controls, all frames and the script that switches between them."""
-        return _static_page.render(self.params, self.frames())
+        frames = self.frames()
+        first = ",".join(str(p.default) for p in self.params)
+        from PIL import Image
+
+        header = base64.b64decode(frames[first].split(",", 1)[1])
+        with Image.open(io.BytesIO(header)) as image:
+            width, height = (round(size / PNG_SCALE) for size in image.size)
+        return _static_page.render(
+            self.params, frames, description=self.description, size=(width, height)
+        )
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict:
         box = self.live()

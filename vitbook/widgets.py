@@ -64,13 +64,43 @@ __all__ = [
 ]
 
 
+def _controls(plot_fn, values: dict[str, object], **options: object) -> Explorer:
+    """:func:`explore` with one control per parameter of ``values`` that has 2 or more values.
+
+    A parameter with a single value (the layer of a one-block model, say) is passed to
+    ``plot_fn`` as a constant instead of becoming a control that cannot move. ``options`` go to
+    :func:`explore` (labels, defaults).
+    """
+    fixed, varying = {}, {}
+    for name, given in values.items():
+        listed = list(given.items()) if isinstance(given, dict) else None
+        if listed is not None and len(listed) == 1:
+            fixed[name] = listed[0][1]
+        elif listed is None and len(given := list(given)) == 1:
+            fixed[name] = given[0]
+        else:
+            varying[name] = given
+    if not fixed:
+        return explore(plot_fn, **options, **varying)
+
+    def draw(**chosen: object) -> Figure:
+        return plot_fn(**chosen, **fixed)
+
+    draw.__name__, draw.__doc__ = plot_fn.__name__, plot_fn.__doc__
+    for key in ("labels", "defaults"):
+        options[key] = {k: v for k, v in dict(options.get(key) or {}).items() if k in varying}
+    return explore(draw, **options, **varying)
+
+
 def _grid_queries(gh: int, gw: int, queries: object, most: int) -> dict[str, object]:
-    """The ``query`` slider's values and default: the given patches, or a coarse sub-grid.
+    """The ``query`` slider's values and default: the given patches, or every patch up to ``most``.
 
     Returns keyword arguments for :func:`explore`: ``{"query": {label: index}}`` and a default,
     the offered patch nearest the centre of the grid.
     """
-    if queries is None:  # evenly spread rows and columns, corners included
+    if queries is None and gh * gw <= most:
+        queries = range(gh * gw)
+    elif queries is None:  # evenly spread rows and columns, corners included
         step = max(1.0, math.sqrt(gh * gw / most))
         rows = np.linspace(0, gh - 1, max(1, round(gh / step))).round().astype(int)
         cols = np.linspace(0, gw - 1, max(1, round(gw / step))).round().astype(int)
@@ -133,7 +163,7 @@ def patch_explorer(
 
 
 def sincos_explorer(
-    positions: object = range(0, 64, 10),
+    positions: object = range(0, 64, 4),
     dimensions: object = (0, 1, 10, 11, 40, 41),
     bases: object = (100, 10000),
     *,
@@ -142,11 +172,12 @@ def sincos_explorer(
 ) -> Explorer:
     """The 1D sine-cosine encoding: a position, a channel and the base on controls.
 
-    Draws :func:`vitbook.plotting.plot_sincos`; the defaults give 7 x 6 x 2 = 84 frames.
+    Draws :func:`vitbook.plotting.plot_sincos`; the defaults give 16 x 6 x 2 = 192 frames: every
+    fourth position, so that a step of the slider moves the marked row by 4.
 
     Example:
         >>> sincos_explorer()
-        Explorer(plot_sincos; position: 7 values, dimension: 6 values, base: 2 values; 84 frames)
+        Explorer(plot_sincos; position: 16 values, dimension: 6 values, base: 2 values; 192 frames)
 
     See chapter: Positional encodings.
     """
@@ -176,15 +207,17 @@ def position_similarity_explorer(
     """Similarity of one patch's position embedding to all others, for three kinds of embedding.
 
     A drop-down menu picks the embedding: learned, 1D sine-cosine over the row-major patch index,
-    or 2D sine-cosine over (row, column); a slider picks the query patch. See
-    :func:`vitbook.plotting.plot_position_similarity`.
+    or 2D sine-cosine over (row, column); a slider picks the query patch. Each embedding has one
+    colour scale for all its queries, from its lowest similarity (rounded down to 0.1) to 1,
+    stated on the colour bar. See :func:`vitbook.plotting.plot_position_similarity`.
 
     Args:
         grid_size: (Gh, Gw) or G.
         dim: D, a multiple of 4.
         learned: (Gh * Gw, D) learned embeddings (a trained model's ``pos_embed[0, 1:]``); by
             default a freshly initialised :class:`vitbook.LearnedPositionEmbedding`, seeded.
-        queries: patch indices to offer; default: a coarse sub-grid of about 16 patches.
+        queries: patch indices to offer; default: every patch of grids up to 64 patches, else a
+            coarse sub-grid of about 64.
         seed: the seed of the freshly initialised embedding.
 
     Example:
@@ -207,18 +240,31 @@ def position_similarity_explorer(
         "sin-cos 2D (row, column)": sincos_2d((gh, gw), dim),
     }
 
+    scales = {}
+    for kind, table in embeddings.items():  # one colour scale per embedding, for every query
+        unit = torch.nn.functional.normalize(table.float(), dim=1)
+        lowest = float((unit @ unit.T).min())
+        scales[kind] = (math.floor(lowest * 10) / 10, 1.0)
+
     def plot_position_similarity(embedding: str, query: int) -> Figure:
+        """Cosine similarity of one patch's position embedding to every patch's"""
+        vmin, vmax = scales[embedding]
         return plotting.plot_position_similarity(
-            embeddings[embedding], (gh, gw), query, title=embedding.split(" (")[0]
+            embeddings[embedding],
+            (gh, gw),
+            query,
+            title=embedding.split(" (")[0],
+            vmin=vmin,
+            vmax=vmax,
         )
 
-    query = _grid_queries(gh, gw, queries, most=16)
+    query = _grid_queries(gh, gw, queries, most=64)
     query["defaults"]["embedding"] = "sin-cos 2D (row, column)"
-    return explore(
+    return _controls(
         plot_position_similarity,
-        embedding=list(embeddings),
+        {"embedding": list(embeddings), "query": query["query"]},
         labels={"query": "query patch"},
-        **query,
+        defaults=query["defaults"],
     )
 
 
@@ -239,8 +285,11 @@ def attention_explorer(
     Args:
         model: a :class:`vitbook.VisionTransformer` (its ``config`` gives the patch grid).
         image: (C, H, W) float, the size the model was built for.
-        layers, heads: indices to offer; default: all.
-        queries: patch indices to offer; default: a coarse sub-grid of about 12 patches.
+        layers, heads: indices to offer; default: all. One value fixes it (no control).
+        queries: patch indices to offer; default: every patch of grids up to 64 patches, else a
+            coarse sub-grid of about 64.
+
+    Every frame shares one colour scale, from 0 to the largest weight among the rows offered.
 
     Example:
         >>> from vitbook import VisionTransformer, ViTConfig
@@ -262,18 +311,30 @@ def attention_explorer(
     gh, gw = cfg.grid_size
     prefix = cfg.num_prefix_tokens
 
+    layers = list(range(cfg.depth) if layers is None else layers)
+    heads = list(range(cfg.num_heads) if heads is None else heads)
+    query = _grid_queries(gh, gw, queries, most=64)
+    rows = torch.stack(  # (layers, heads, queries, Gh * Gw): every row that a frame can show
+        [
+            torch.stack([attention[i][0, h, prefix + q, prefix:] for q in query["query"].values()])
+            for i in layers
+            for h in heads
+        ]
+    )
+    vmax = float(rows.max())
+
     def plot_attention(layer: int, head: int, query: int) -> Figure:
+        """Where one query patch looks: its attention weights over the patches"""
         row = attention[layer][0, head, prefix + query, prefix:]  # (Gh * Gw,) over patch keys
         return plotting.plot_attention_map(
-            image, row.reshape(gh, gw), query, title=f"layer {layer}, head {head}"
+            image, row.reshape(gh, gw), query, title=f"layer {layer}, head {head}", vmax=vmax
         )
 
-    return explore(
+    return _controls(
         plot_attention,
-        layer=range(cfg.depth) if layers is None else layers,
-        head=range(cfg.num_heads) if heads is None else heads,
+        {"layer": layers, "head": heads, "query": query["query"]},
         labels={"query": "query patch"},
-        **_grid_queries(gh, gw, queries, most=12),
+        defaults=query["defaults"],
     )
 
 

@@ -1,0 +1,43 @@
+"""Figures for the book: plain matplotlib, one function per picture, in one house style.
+
+Every ``plot_*`` function takes tensors and numbers and returns a :class:`matplotlib.figure.Figure`
+drawn in the house style of :mod:`vitbook.plotting.style` (at most the width of the book's
+column, no text under 8 pt, stored at 2x) and released by pyplot, so that Jupyter shows it
+exactly once when it is the last value of a cell. A notebook calls :func:`use_book_style` once,
+so that the figures it draws itself follow the same style.
+
+Conventions: images are (C, H, W) floats in [0, 1]; patches are numbered in row-major grid order,
+patch k sitting at grid row ``k // Gw`` and column ``k % Gw`` (see :mod:`vitbook.patches`).
+
+See chapter: Images as sequences of patches.
+"""
+
+from vitbook.plotting.attention import plot_attention_map, plot_axial_reach
+from vitbook.plotting.patches import plot_patch_grid
+from vitbook.plotting.positions import plot_position_similarity, plot_sincos
+from vitbook.plotting.style import (
+    COLUMN_WIDTH,
+    CSS_PX_PER_INCH,
+    MIN_FONT_SIZE,
+    PNG_SCALE,
+    STYLE,
+    book_figure,
+    new_figure,
+    use_book_style,
+)
+
+__all__ = [
+    "COLUMN_WIDTH",
+    "CSS_PX_PER_INCH",
+    "MIN_FONT_SIZE",
+    "PNG_SCALE",
+    "STYLE",
+    "book_figure",
+    "new_figure",
+    "plot_attention_map",
+    "plot_axial_reach",
+    "plot_patch_grid",
+    "plot_position_similarity",
+    "plot_sincos",
+    "use_book_style",
+]
