@@ -80,4 +80,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         f"{summary['largest_page_bytes'] / 1e6:.2f} MB of HTML, "
         f"{summary['largest_page_with_resources_bytes'] / 1e6:.2f} MB with everything it loads"
     )
+    reader = summary["reader"]
+    terminalreporter.write_line(
+        f"at 1280 px: {reader['images']} images, {reader['images_shown_small']} shown under 0.85 "
+        f"of their size (smallest {reader['smallest_shown_fraction']}), "
+        f"{reader['images_without_alt']} without alt text, {reader['images_captioned']} in "
+        f"captioned figures; wider than their box: {reader['wider_than_box']}; "
+        f"{reader['sliders']} sliders, {reader['sliders_under_5_values']} under 5 values, "
+        f"{reader['single_valued_controls']} single-valued controls; at 390 px, pages wider "
+        f"than the window: {reader['pages_wider_than_a_phone'] or 'none'}"
+    )
     terminalreporter.write_line(f"screenshots and summary.json: {BUILD_DIR / 'screenshots'}")

@@ -1,11 +1,14 @@
-"""The HTML book in a real browser: offline, free of errors, and every slider responds.
+"""The HTML book in a real browser: offline, free of errors, legible, and every slider responds.
 
 One headless Chromium session (Debian's ``chromium``, driven by Playwright) opens every page of the
 build from disk (``file://``, no server), with the network switched off and every request to
 anything but a local file refused and recorded. On each page it moves every control of every
 interactive figure through all its values and checks that the picture shown is the one drawn for
-those values, and changes whenever that picture differs. Screenshots (one per page, one per figure
-after its controls have moved) and ``summary.json`` land in ``_build/screenshots/``.
+those values, and changes whenever that picture differs. It measures what a reader sees at a
+1280 px window (the size each image is shown at against the size it was drawn for, alt text,
+captions, anything wider than its box, the values each control offers) and then the page's
+width in a 390 px window (a phone). Screenshots (one per page at each width, one per figure after
+its controls have moved) and ``summary.json`` land in ``_build/screenshots/``.
 """
 
 from __future__ import annotations
@@ -56,6 +59,46 @@ CONTROLS = """root => Array.from(root.querySelectorAll("[data-param]")).map(c =>
   labels: c.tagName === "SELECT" ? Array.from(c.options).map(o => o.textContent)
                                  : JSON.parse(c.getAttribute("data-labels")),
 }))"""
+# What a reader sees of the article at this width: every image (shown against intended width,
+# alt text, inside a captioned figure or not), every equation, code or output block that is wider
+# than its box, and the number of values of every control of the interactive figures.
+LAYOUT = """() => {
+  const article = document.querySelector("article.bd-article") || document.body;
+  const images = Array.from(article.querySelectorAll("img")).map(img => {
+    const intended = Number(img.getAttribute("width")) || img.naturalWidth;
+    const figure = img.closest("figure");
+    return {
+      src: (img.getAttribute("src") || "").slice(0, 60),
+      shown: img.getBoundingClientRect().width,
+      intended: intended,
+      alt: (img.getAttribute("alt") || "").trim(),
+      captioned: !!(figure && figure.querySelector("figcaption")),
+    };
+  });
+  const wide = [];
+  const kinds = [["equation", "div.math, mjx-container[display='true']"],
+                 ["code", ".cell_input pre, div.highlight pre"],
+                 ["output", ".cell_output pre"]];
+  for (const [kind, selector] of kinds) {
+    for (const box of article.querySelectorAll(selector)) {
+      if (box.closest(".cell_output") && kind === "code") continue;
+      if (box.scrollWidth > box.clientWidth + 1) {
+        wide.push({kind: kind, by: box.scrollWidth - box.clientWidth,
+                   text: box.textContent.trim().slice(0, 60)});
+      }
+    }
+  }
+  const controls = Array.from(article.querySelectorAll(".vitbook-explorer [data-param]")).map(
+    c => ({kind: c.tagName === "SELECT" ? "menu" : "slider",
+           values: c.tagName === "SELECT" ? c.options.length : Number(c.max) + 1}));
+  return {images: images, wide: wide, controls: controls};
+}"""
+PAGE_WIDTH = "() => document.documentElement.scrollWidth"
+HASHED_NAME = re.compile(r"[0-9a-f]{32,}")  # an image named by its hash: no real alt text
+PHONE = {"width": 390, "height": 844}
+MIN_SHOWN_FRACTION = 0.85  # an image shown smaller than this has text below the 10 px floor
+MIN_CAPTIONED = 0.9  # share of the content images that sit in a numbered, captioned figure
+MIN_SLIDER_VALUES = 5  # fewer values belong in a menu
 MATH = """async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     await MathJax.startup.promise;
@@ -174,11 +217,51 @@ def browser_report(built_book: Path, request: pytest.FixtureRequest) -> dict:
         "largest_page_with_resources_bytes": max(
             p["loaded_bytes"] for p in report["pages"].values()
         ),
+        "reader": reader_figures(report["pages"]),
         "per_page": report["pages"],
     }
     (SCREENSHOTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     request.config.stash[BROWSER_SUMMARY] = summary
     return report
+
+
+def chapter_pages(pages: dict) -> dict:
+    """The pages of the book's chapters and appendices (search and index pages aside)."""
+    return {name: page for name, page in pages.items() if name.startswith("book/")}
+
+
+def reader_figures(pages: dict) -> dict:
+    """What the layout checks measured over the chapter pages, for the summary."""
+    chapters = chapter_pages(pages)
+    images = [image for page in chapters.values() for image in page["layout"]["images"]]
+    controls = [c for page in chapters.values() for c in page["layout"]["controls"]]
+    wide = [w for page in chapters.values() for w in page["layout"]["wide"]]
+    return {
+        "images": len(images),
+        "images_shown_small": sum(shown_fraction(i) < MIN_SHOWN_FRACTION for i in images),
+        "smallest_shown_fraction": round(min(map(shown_fraction, images), default=1.0), 3),
+        "images_without_alt": sum(not has_alt(i) for i in images),
+        "images_captioned": sum(i["captioned"] for i in images),
+        "wider_than_box": {
+            k: sum(w["kind"] == k for w in wide) for k in ("equation", "code", "output")
+        },
+        "sliders": sum(c["kind"] == "slider" for c in controls),
+        "sliders_under_5_values": sum(
+            c["kind"] == "slider" and c["values"] < MIN_SLIDER_VALUES for c in controls
+        ),
+        "single_valued_controls": sum(c["values"] < 2 for c in controls),
+        "pages_wider_than_a_phone": sorted(
+            n for n, p in pages.items() if p["phone_width"] > PHONE["width"]
+        ),
+    }
+
+
+def shown_fraction(image: dict) -> float:
+    return image["shown"] / image["intended"] if image["intended"] else 1.0
+
+
+def has_alt(image: dict) -> bool:
+    return bool(image["alt"]) and not HASHED_NAME.search(image["alt"])
 
 
 def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
@@ -222,6 +305,11 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
         move_every_control(page, root, f"{name} figure {e + 1}", report)
         root.scroll_into_view_if_needed()
         root.screenshot(path=SCREENSHOTS / f"{stem}--figure-{e + 1}.png")
+    layout = page.evaluate(LAYOUT)
+    page.set_viewport_size(PHONE)
+    page.wait_for_timeout(100)  # let the theme's layout settle at the new width
+    phone_width = page.evaluate(PAGE_WIDTH)
+    page.screenshot(path=SCREENSHOTS / f"{stem}--phone.png", full_page=True)
     page.close()
     report["explorers"] += count
     report["requests_blocked"] += blocked
@@ -230,6 +318,8 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
         "html_bytes": html_bytes,
         "loaded_bytes": sum(f.stat().st_size for f in loaded if f.is_file()),
         "explorers": count,
+        "layout": layout,
+        "phone_width": phone_width,
         "math": math,
         "errors": errors,
         "blocked": blocked,
@@ -279,3 +369,73 @@ def test_every_page_is_under_5_mb(browser_report):
     assert not too_big, (
         f"pages of {PAGE_LIMIT_BYTES:,} bytes or more (HTML with its figures): {too_big}"
     )
+
+
+# --- what a reader sees: legible figures, nothing wider than its box, phones ----------------------
+
+
+def test_every_image_is_shown_at_its_intended_size(browser_report):
+    small = {
+        name: [
+            (i["src"], round(shown_fraction(i), 2))
+            for i in page["layout"]["images"]
+            if shown_fraction(i) < MIN_SHOWN_FRACTION
+        ]
+        for name, page in chapter_pages(browser_report["pages"]).items()
+    }
+    assert not any(small.values()), (
+        f"images shown at less than {MIN_SHOWN_FRACTION} of the width they were drawn for (their "
+        f"text is then under 10 px): {small}"
+    )
+
+
+def test_no_equation_code_or_output_is_wider_than_its_box(browser_report):
+    wide = {
+        name: page["layout"]["wide"]
+        for name, page in chapter_pages(browser_report["pages"]).items()
+        if page["layout"]["wide"]
+    }
+    assert not wide, f"blocks that scroll sideways at a 1280 px window: {wide}"
+
+
+def test_every_image_has_alt_text_and_most_are_captioned_figures(browser_report):
+    images = {
+        name: page["layout"]["images"]
+        for name, page in chapter_pages(browser_report["pages"]).items()
+    }
+    without = {n: [i["src"] for i in found if not has_alt(i)] for n, found in images.items()}
+    assert not any(without.values()), f"images without alt text: {without}"
+    every = [i for found in images.values() for i in found]
+    captioned = sum(i["captioned"] for i in every)
+    assert every and captioned >= MIN_CAPTIONED * len(every), (
+        f"{captioned} of {len(every)} images are in a captioned figure; uncaptioned: "
+        f"{ {n: [i['src'] for i in f if not i['captioned']] for n, f in images.items()} }"
+    )
+
+
+def test_every_control_is_worth_moving(browser_report):
+    controls = {
+        name: page["layout"]["controls"]
+        for name, page in chapter_pages(browser_report["pages"]).items()
+    }
+    few = {
+        name: [
+            c
+            for c in found
+            if c["values"] < 2 or (c["kind"] == "slider" and c["values"] < MIN_SLIDER_VALUES)
+        ]
+        for name, found in controls.items()
+    }
+    assert not any(few.values()), (
+        f"sliders under {MIN_SLIDER_VALUES} values or stuck controls: {few}"
+    )
+    assert sum(map(len, controls.values())) >= 5, "the book's interactive figures have controls"
+
+
+def test_no_page_scrolls_sideways_on_a_phone(browser_report):
+    wide = {
+        name: page["phone_width"]
+        for name, page in browser_report["pages"].items()
+        if page["phone_width"] > PHONE["width"]
+    }
+    assert not wide, f"pages wider than a {PHONE['width']} px window (CSS px): {wide}"
