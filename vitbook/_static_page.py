@@ -74,7 +74,11 @@ STYLE = (
     ".vitbook-explorer select{max-width:100%}"
     ".vitbook-explorer output{white-space:nowrap;font-variant-numeric:tabular-nums;"
     "font-weight:600}"
-    ".vitbook-explorer img{max-width:100%;height:auto;display:block}</style>"
+    ".vitbook-explorer img{max-width:100%;height:auto;display:block}"
+    # Dark mode: the theme pads images on a light card; the output around the figure already
+    # is one, so a second frame inside it would only look like a double border.
+    ".vitbook-explorer img.vbx-frame{padding:0!important;background:none!important;"
+    "border-radius:0!important}</style>"
 )
 
 # Show the frame of the current controls; ES5, no library, nothing loaded from anywhere.
