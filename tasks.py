@@ -124,9 +124,12 @@ def tool_env() -> dict[str, str]:
 
 def book() -> int:
     """Build the HTML book, re-executing every notebook (`--all`: pages reflect today's vitbook)."""
-    code = run(
-        BIN / "jupyter-book", "build", ".", "--all", "-W", "-n", "--keep-going", env=tool_env()
-    )
+    env = tool_env()
+    # Notebook kernels inherit this environment: with MPLBACKEND=Agg (common on headless servers)
+    # they would draw no figures. book/_ext/figure_guard.py removes it too, and fails the build
+    # on a figure cell without a picture.
+    env.pop("MPLBACKEND", None)
+    code = run(BIN / "jupyter-book", "build", ".", "--all", "-W", "-n", "--keep-going", env=env)
     if code != 0 or not BOOK_INDEX.exists():
         say(f"book build FAILED (exit code {code})")
         return code or 1
