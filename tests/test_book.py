@@ -140,7 +140,7 @@ def test_config_links_to_the_repository_and_colab(book_config):
 def test_config_keeps_pages_offline(book_config):
     sphinx = book_config["sphinx"]
     assert "sphinx-mathjax-offline" in sphinx["extra_extensions"]
-    assert sphinx["local_extensions"] == {"offline_book": "book/_ext"}
+    assert sphinx["local_extensions"] == {"offline_book": "book/_ext", "figure_guard": "book/_ext"}
     config = sphinx["config"]
     assert "://" not in config["mathjax_path"], "MathJax is served from the build, not a CDN"
     assert config["nb_ipywidgets_js"] == {}, "no widget manager or require.js from a CDN"
