@@ -102,24 +102,45 @@ def ensure_venv() -> None:
     STAMP.write_text(wanted + "\n")
 
 
-def tool_env() -> dict[str, str]:
+def cpu_count() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def tool_env(threads: int | None = None) -> dict[str, str]:
     """The environment for every command: the venv first on PATH, unbuffered, few threads."""
     env = dict(os.environ)
     env.pop("PYTHONHOME", None)
     env["VIRTUAL_ENV"] = str(VENV)
     env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
-    # The models here are toys: two threads per process keep a 2-core machine responsive while
-    # pytest, a notebook kernel and the book build share it. Users may override each variable.
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = str(max(1, min(2, cores or 1)))
+    # The models here are toys: two threads per process (one per process when pytest runs a
+    # worker per core) keep a 2-core machine responsive while pytest, notebook kernels and the
+    # book build share it. Users may override each variable.
+    threads = threads or max(1, min(2, cpu_count()))
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env.setdefault(name, threads)
+        env.setdefault(name, str(threads))
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiets a debugger warning in kernels
     # Builds and tests never download: the pretrained-ViT chapter then takes its offline path.
     # Set HF_HUB_OFFLINE=0 to build that chapter with the real model, downloaded once and cached.
     env.setdefault("HF_HUB_OFFLINE", "1")
     return env
+
+
+def pytest_workers(pytest_args: list[str]) -> list[str]:
+    """pytest-xdist arguments: one worker per core (at most 4), unless the caller chose.
+
+    `--dist loadgroup` keeps the tests that share the book build (xdist_group "book") on one
+    worker, while the others (unit tests, nbval on each notebook) run beside it.
+    """
+    chosen = any(
+        arg.startswith(("-n", "--numprocesses", "--dist")) or arg in ("-p", "no:xdist")
+        for arg in pytest_args
+    )
+    workers = min(4, cpu_count())
+    return [] if chosen or workers < 2 else ["-n", str(workers), "--dist", "loadgroup"]
 
 
 def book() -> int:
@@ -141,13 +162,14 @@ def book() -> int:
 def test(pytest_args: list[str]) -> int:
     """Lint, then run pytest: unit tests, doctests, the book build and every notebook."""
     ensure_system_packages()
-    env = tool_env()
+    workers = pytest_workers(pytest_args)
+    env = tool_env(threads=1 if workers else None)
     # Agg for figures made inside pytest itself. Notebook kernels started by the book tests get
     # this variable removed, so that they keep Jupyter's inline backend and show their figures.
     env["MPLBACKEND"] = "Agg"
     steps = {
         "ruff check": [BIN / "ruff", "check", "."],
-        "pytest": [PYTHON, "-m", "pytest", *pytest_args],
+        "pytest": [PYTHON, "-m", "pytest", *workers, *pytest_args],
     }
     results = {}
     for name, cmd in steps.items():

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / "_build"
 HTML_DIR = BUILD_DIR / "html"
 BUILD_LOG = BUILD_DIR / "book-build.log"
+BUILD_RUN = BUILD_DIR / "book-build.run"  # which test run built _build/html, and its exit code
 BUILD_COMMAND = ("jupyter-book", "build", ".", "--all", "-W", "-n", "--keep-going")
 LOG_TAIL_LINES = 80
 # What the browser test saw (pages, figures, controls moved, requests refused), for the summary

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from booktools import (
     BUILD_COMMAND,
     BUILD_DIR,
     BUILD_LOG,
+    BUILD_RUN,
     HTML_DIR,
     LOG_TAIL_LINES,
     ROOT,
@@ -19,6 +23,9 @@ from booktools import (
     tail,
     venv_executable,
 )
+from filelock import FileLock
+
+RUN_STARTED = pytest.StashKey[float]()
 
 
 @pytest.fixture(scope="session")
@@ -38,12 +45,34 @@ def toc() -> dict:
 
 @pytest.fixture(scope="session")
 def built_book() -> Path:
-    """Build the HTML book once per session, strictly, into _build/html, and return that folder.
+    """Build the HTML book once per test run, strictly, into _build/html, and return that folder.
 
     Later tests (browser tests, page-size checks) reuse this build. The full log is kept in
     _build/book-build.log; a failed build fails every test that asks for it, showing the log's end.
+    Under pytest-xdist the tests that use the build share one worker (``xdist_group`` "book"),
+    and a lock makes sure that a worker that asks anyway reuses this run's build instead of
+    building into the same folder at the same time.
     """
     BUILD_DIR.mkdir(exist_ok=True)
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
+    with FileLock(BUILD_DIR / "book-build.lock"):
+        if BUILD_RUN.exists() and BUILD_RUN.read_text(encoding="utf-8").split("\n")[0] == run_id:
+            returncode = int(BUILD_RUN.read_text(encoding="utf-8").split("\n")[1])
+            log = BUILD_LOG.read_text(encoding="utf-8")
+        else:
+            returncode, log = build_book()
+            BUILD_RUN.write_text(f"{run_id}\n{returncode}\n", encoding="utf-8")
+    if returncode != 0:
+        pytest.fail(
+            f"`{' '.join(BUILD_COMMAND)}` failed with exit code {returncode}. "
+            f"Last {LOG_TAIL_LINES} lines of {BUILD_LOG}:\n{tail(log)}",
+            pytrace=False,
+        )
+    return HTML_DIR
+
+
+def build_book() -> tuple[int, str]:
+    """Run the strict build; return its exit code and log (also written to BUILD_LOG)."""
     command = [venv_executable(BUILD_COMMAND[0]), *BUILD_COMMAND[1:]]
     # Built under MPLBACKEND=Agg on purpose, as a headless CI runner may set it: the book must
     # keep every figure all the same (book/_ext/figure_guard.py fails the build otherwise).
@@ -57,18 +86,24 @@ def built_book() -> Path:
         check=False,
     )
     BUILD_LOG.write_text(result.stdout, encoding="utf-8")
-    if result.returncode != 0:
-        pytest.fail(
-            f"`{' '.join(BUILD_COMMAND)}` failed with exit code {result.returncode}. "
-            f"Last {LOG_TAIL_LINES} lines of {BUILD_LOG}:\n{tail(result.stdout)}",
-            pytrace=False,
-        )
-    return HTML_DIR
+    return result.returncode, result.stdout
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[RUN_STARTED] = time.time()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config):
-    """Print what the browser test of the HTML book saw, when it ran."""
+    """Print what the browser test of the HTML book saw, when it ran in this test run.
+
+    Under pytest-xdist the browser test runs in a worker, whose stash the controller cannot see:
+    the summary then comes from the ``summary.json`` that the test wrote during this run.
+    """
     summary = config.stash.get(BROWSER_SUMMARY, None)
+    written = BUILD_DIR / "screenshots" / "summary.json"
+    if summary is None and written.exists():
+        if written.stat().st_mtime >= config.stash.get(RUN_STARTED, float("inf")):
+            summary = json.loads(written.read_text(encoding="utf-8"))
     if summary is None:
         return
     terminalreporter.write_sep("-", "the HTML book in headless Chromium")

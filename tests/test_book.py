@@ -172,6 +172,7 @@ def test_offline_check_flags_remote_and_missing_resources(tmp_path, monkeypatch)
 
 
 @pytest.mark.book
+@pytest.mark.xdist_group("book")  # with the other users of the build, on one pytest-xdist worker
 def test_book_builds_with_every_toc_page(built_book, toc):
     assert (built_book / "index.html").is_file()
     missing = [entry for entry in toc_entries(toc) if not (built_book / f"{entry}.html").is_file()]
@@ -179,6 +180,7 @@ def test_book_builds_with_every_toc_page(built_book, toc):
 
 
 @pytest.mark.book
+@pytest.mark.xdist_group("book")
 @pytest.mark.parametrize("notebook", toc_notebooks(), ids=relative)
 def test_built_notebook_page_is_executed_and_opens_in_colab(notebook, built_book, book_config):
     page = relative(notebook.with_suffix(".html"))

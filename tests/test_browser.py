@@ -23,7 +23,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from booktools import BROWSER_SUMMARY, BUILD_DIR
 
-pytestmark = pytest.mark.book
+# All on the worker that holds the build (pytest-xdist), one Chromium session for every page.
+pytestmark = [pytest.mark.book, pytest.mark.xdist_group("book")]
 
 SCREENSHOTS = BUILD_DIR / "screenshots"
 PAGE_LIMIT_BYTES = 5_000_000  # BOOK.md: keep a page under 5 MB

@@ -129,7 +129,10 @@ def test_static_html_controls_match_the_parameters(lines):
 
 def test_static_html_starts_at_the_defaults():
     html = explore(
-        plot_line, slope=[-2, -1, 0, 1, 2], colour=["C0", "C3"], defaults={"slope": 2, "colour": "C3"}
+        plot_line,
+        slope=[-2, -1, 0, 1, 2],
+        colour=["C0", "C3"],
+        defaults={"slope": 2, "colour": "C3"},
     ).to_html()
     _, first = explorer_frames(html)
     assert first == "4,1"
