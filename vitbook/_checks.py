@@ -12,6 +12,11 @@ from collections.abc import Sequence
 import torch
 
 
+def same_kind(err: Exception) -> type[Exception]:
+    """TypeError for a TypeError, else ValueError: to re-raise a library error in our words."""
+    return TypeError if isinstance(err, TypeError) else ValueError
+
+
 def positive_int(name: str, value: object) -> int:
     """Return ``value`` if it is a positive ``int``, else raise a helpful error."""
     if isinstance(value, bool) or not isinstance(value, int):
