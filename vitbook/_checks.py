@@ -6,9 +6,11 @@ mistake is reported in terms of images, patches and tokens rather than anonymous
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
 
@@ -275,3 +277,26 @@ def logits(value: torch.Tensor, targets: torch.Tensor) -> None:
             "Linear layer to K classes."
         )
     labels("labels", targets, value.shape[1])
+
+
+def indices(name: str, values: object, size: int, what: str, *, most: int) -> object:
+    """Check that every value offered is an int index into ``size`` things (0 .. size - 1).
+
+    Reads at most ``most + 1`` values of an iterable and returns them as a list (so an endless
+    iterator is cut, and counted as too many later); a dict ``{label: index}`` is returned as is.
+    """
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name}={values!r} must be a list of indices, e.g. {name}=[0, 1].")
+    if isinstance(values, Mapping):
+        read, given = list(values.values()), values
+    else:
+        read = given = list(itertools.islice(values, most + 1))
+    for value in read:
+        if isinstance(value, np.integer) or (isinstance(value, torch.Tensor) and value.ndim == 0):
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+            raise ValueError(
+                f"{name} offers {value!r}, but there are {size} {what}: use indices "
+                f"0 .. {size - 1}."
+            )
+    return given
