@@ -66,8 +66,9 @@ def _square_attention(name: str, value: object, *, rows_sum_to_1: bool = True) -
             "weights come out of a softmax, so pass weights, not logits."
         )
     if rows_sum_to_1 and attention.numel():
-        # Rounding of N low-precision weights; float32 rows of a softmax are far closer.
-        tol = max(1e-3, 8 * torch.finfo(attention.dtype).eps)
+        # Generous enough for weights computed in bfloat16 and then upcast; logits or scores
+        # are off by far more.
+        tol = max(1e-2, 8 * torch.finfo(attention.dtype).eps)
         worst = (attention.sum(dim=-1) - 1).abs().max().item()
         if worst > tol:
             raise ValueError(

@@ -253,7 +253,7 @@ def _check_mask(mask: object, logits_shape: tuple[int, ...], q: torch.Tensor) ->
             "of 0 and -inf to be added to the logits."
         )
     if mask.is_floating_point():
-        _checks.like("mask", mask, q, "the queries")
+        _checks.like("mask", mask, q, "q")
         if mask.device.type != "meta" and bool((mask.isnan() | (mask == float("inf"))).any()):
             raise ValueError(
                 "mask holds NaN or +inf, which would make the attention weights NaN; an additive "
