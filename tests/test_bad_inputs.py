@@ -18,6 +18,7 @@ from vitbook import (
     VisionTransformer,
     ViTConfig,
     scaled_dot_product_attention,
+    sincos_2d,
 )
 from vitbook.analysis import (
     attention_rollout,
@@ -100,6 +101,8 @@ CONFIG = [
      ValueError, r"unknown ViTConfig field\(s\) \['layers'\]"),
     ("preset name not a string", lambda: ViTConfig.from_name(["ViT-B/16"]), ValueError,
      r"unknown preset name \['ViT-B/16'\]; choose one of ViT-Ti/16"),
+    ("sine-cosine base as a string", lambda: sincos_2d(4, 8, base="1e4"),
+     TypeError, r"base must be a number, got '1e4' of type str; the usual value is 10000"),
     ("block with mlp_ratio as a string", lambda: EncoderBlock(12, 3, mlp_ratio="4"), TypeError,
      r"mlp_ratio must be a number, got '4'"),
     ("block with norm_first as a string", lambda: EncoderBlock(12, 3, norm_first="yes"),
