@@ -4,7 +4,8 @@ Modules, in the order of the chapters: :mod:`vitbook.patches`, :mod:`vitbook.pos
 :mod:`vitbook.attention`, :mod:`vitbook.encoder`, :mod:`vitbook.vit`, :mod:`vitbook.axial`.
 Helpers, imported on demand: :mod:`vitbook.data` (sample photos and digits, offline),
 :mod:`vitbook.train`, :mod:`vitbook.analysis`, :mod:`vitbook.pretrained` (the shipped digits model
-and Hugging Face checkpoints), :mod:`vitbook.convert` (timm and Hugging Face state dicts),
+and Hugging Face checkpoints), :mod:`vitbook.checkpoints` (saving and loading vitbook model
+files), :mod:`vitbook.convert` (timm and Hugging Face state dicts),
 :mod:`vitbook.plotting` (matplotlib figures) and :mod:`vitbook.widgets` (interactive figures).
 Importing vitbook has no side effects and imports no optional dependency.
 """

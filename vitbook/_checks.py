@@ -6,9 +6,17 @@ mistake is reported in terms of images, patches and tokens rather than anonymous
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import math
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
+
+
+def same_kind(err: Exception) -> type[Exception]:
+    """TypeError for a TypeError, else ValueError: to re-raise a library error in our words."""
+    return TypeError if isinstance(err, TypeError) else ValueError
 
 
 def positive_int(name: str, value: object) -> int:
@@ -40,6 +48,20 @@ def multiple_of(name: str, value: int, divisor_name: str, divisor: int) -> None:
             f"{name}={value} is not a multiple of {divisor_name}={divisor}; "
             f"use {options}, or change {divisor_name}."
         )
+
+
+def floating(name: str, value: object, shape_doc: str) -> torch.Tensor:
+    """Check that ``value`` is a floating-point tensor (of any number of dimensions)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of shape {shape_doc}, got {type(value).__name__}."
+        )
+    if not torch.is_floating_point(value):
+        raise TypeError(
+            f"{name} has dtype {value.dtype}, but a floating-point tensor is needed; "
+            f"convert it first, e.g. {name}.float()."
+        )
+    return value
 
 
 def tensor(name: str, value: object, ndim: int, shape_doc: str) -> torch.Tensor:
@@ -88,3 +110,193 @@ def divisible(name: str, value: int, divisor_name: str, divisor: int) -> None:
             f"multiple of {divisor} (e.g. {value - value % divisor or divisor} or "
             f"{value - value % divisor + divisor}), or another {divisor_name}."
         )
+
+
+def integer(name: str, value: object, *, minimum: int = 0, fix: str = "") -> int:
+    """Return ``value`` if it is an ``int`` (not a bool) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{name} must be an int, got {value!r} of type {type(value).__name__}"
+            f"{'; ' + fix if fix else ''}."
+        )
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be an int >= {minimum}{'; ' + fix if fix else ''}.")
+    return value
+
+
+def real(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = False,
+    open_high: bool = False,
+    fix: str = "",
+) -> float:
+    """Return ``value`` as a float if it is a finite real number within the given bounds.
+
+    ``low`` and ``high`` are included unless ``open_low`` / ``open_high``; a bool, a str or any
+    non-number is a TypeError, NaN, an infinity or a value out of bounds a ValueError.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{name} must be a number, got {value!r} of type {type(value).__name__}"
+            f"{'; ' + fix if fix else ''}."
+        )
+    below = low is not None and (value <= low if open_low else value < low)
+    above = high is not None and (value >= high if open_high else value > high)
+    if not math.isfinite(value) or below or above:
+        bounds = " and ".join(
+            text
+            for text in (
+                None if low is None else f"{'>' if open_low else '>='} {low}",
+                None if high is None else f"{'<' if open_high else '<='} {high}",
+            )
+            if text
+        )
+        need = f"a finite number {bounds}" if bounds else "a finite number"
+        raise ValueError(f"{name}={value!r} must be {need}{'; ' + fix if fix else ''}.")
+    return float(value)
+
+
+def boolean(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool; strings such as ``"no"`` are refused, not read as True."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be True or False, got {value!r} of type {type(value).__name__}."
+        )
+    return value
+
+
+def device(name: str, value: object) -> torch.device:
+    """Turn a device name or ``torch.device`` into a ``torch.device``, refusing unknown names."""
+    if not isinstance(value, (str, torch.device)):
+        raise TypeError(
+            f"{name} must be a device such as 'cpu' or 'cuda', got {type(value).__name__}."
+        )
+    try:
+        return torch.device(value)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{name}={value!r} is not a device that torch knows; use 'cpu' or 'cuda'."
+        ) from err
+
+
+def finite(name: str, value: torch.Tensor) -> torch.Tensor:
+    """Raise unless every entry of ``value`` is finite (meta tensors have no values to check)."""
+    if value.device.type != "meta" and value.numel() and not bool(torch.isfinite(value).all()):
+        bad = (~torch.isfinite(value)).sum().item()
+        kinds = [
+            kind
+            for kind, present in (
+                ("NaN", value.isnan().any()),
+                ("inf", value.isinf().any()),
+            )
+            if present
+        ]
+        raise ValueError(
+            f"{name} has {bad} non-finite value(s) ({' and '.join(kinds)}) among {value.numel()}; "
+            f"find where they come from, or replace them, e.g. with torch.nan_to_num({name})."
+        )
+    return value
+
+
+def like(name: str, value: torch.Tensor, reference: torch.Tensor, owner: str) -> torch.Tensor:
+    """Raise unless ``value`` has the dtype and the device of ``reference`` (an owner's weight).
+
+    Tensors are never converted silently: a float64 image from NumPy fed to a float32 model is a
+    mistake to fix once, where the data are made, not a cost to pay in every forward pass.
+    """
+    if value.dtype != reference.dtype:
+        method = {torch.float32: "float", torch.float64: "double", torch.float16: "half"}.get(
+            reference.dtype
+        )
+        convert = f"{name}.{method}()" if method else f"{name}.to({reference.dtype})"
+        raise TypeError(
+            f"{name} has dtype {value.dtype} but {owner} computes in {reference.dtype}; convert "
+            f"with {convert} (or convert {owner} to {value.dtype})."
+        )
+    if value.device != reference.device and reference.device.type != "meta":
+        raise ValueError(
+            f"{name} is on device {value.device} but {owner} is on {reference.device}; move it "
+            f"with {name}.to({str(reference.device)!r})."
+        )
+    return value
+
+
+def labelled_data(
+    name: str, data: object, num_classes: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check an ``(images, labels)`` pair: (B, ...) finite float images, (B,) labels 0 .. K-1."""
+    if not (isinstance(data, tuple | list) and len(data) == 2):
+        raise TypeError(
+            f"{name} must be a pair (images, labels) of tensors, got {type(data).__name__}; "
+            f"pass e.g. {name}=(x_train, y_train)."
+        )
+    images, targets = data
+    if not isinstance(images, torch.Tensor) or not torch.is_floating_point(images):
+        raise TypeError(
+            f"{name} images must be a floating-point tensor (B, C, H, W), got "
+            f"{getattr(images, 'dtype', type(images).__name__)}; convert with .float()."
+        )
+    if not isinstance(targets, torch.Tensor) or targets.dtype != torch.int64 or targets.ndim != 1:
+        raise TypeError(
+            f"{name} labels must be a 1-D int64 tensor (B,), got "
+            f"{getattr(targets, 'dtype', type(targets).__name__)} of shape "
+            f"{tuple(getattr(targets, 'shape', ()))}; convert with .long()."
+        )
+    if len(images) != len(targets) or len(images) == 0:
+        raise ValueError(
+            f"{name} has {len(images)} images and {len(targets)} labels; "
+            "they must be equally many, and at least one."
+        )
+    finite(f"{name} images", images)
+    labels(f"{name} labels", targets, num_classes)
+    return images, targets
+
+
+def labels(name: str, value: torch.Tensor, num_classes: int | None) -> None:
+    """Labels are class indices 0 .. K-1 (K unknown: only the lower bound is checked)."""
+    low, high = value.min().item(), value.max().item()
+    if low < 0 or (num_classes is not None and high >= num_classes):
+        classes = "0 .. K-1" if num_classes is None else f"0 .. {num_classes - 1}"
+        wrong = value[(value < 0) | (value >= (num_classes or high + 1))].unique()[:5].tolist()
+        raise ValueError(
+            f"{name} hold {wrong}, outside the class indices {classes}; map each class to an index "
+            "first (labels such as -100 that cross-entropy would ignore are not supported here)."
+        )
+
+
+def logits(value: torch.Tensor, targets: torch.Tensor) -> None:
+    """The model's first output: (B, K) logits with K above every label."""
+    if not isinstance(value, torch.Tensor) or value.ndim != 2:
+        raise ValueError(
+            f"the model must return (B, K) logits, got "
+            f"{tuple(getattr(value, 'shape', ())) or type(value).__name__}; end it with a "
+            "Linear layer to K classes."
+        )
+    labels("labels", targets, value.shape[1])
+
+
+def indices(name: str, values: object, size: int, what: str, *, most: int) -> object:
+    """Check that every value offered is an int index into ``size`` things (0 .. size - 1).
+
+    Reads at most ``most + 1`` values of an iterable and returns them as a list (so an endless
+    iterator is cut, and counted as too many later); a dict ``{label: index}`` is returned as is.
+    """
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name}={values!r} must be a list of indices, e.g. {name}=[0, 1].")
+    if isinstance(values, Mapping):
+        read, given = list(values.values()), values
+    else:
+        read = given = list(itertools.islice(values, most + 1))
+    for value in read:
+        if isinstance(value, np.integer) or (isinstance(value, torch.Tensor) and value.ndim == 0):
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+            raise ValueError(
+                f"{name} offers {value!r}, but there are {size} {what}: use indices "
+                f"0 .. {size - 1}."
+            )
+    return given

@@ -51,14 +51,32 @@ def _grid(name: str, num_tokens: int, grid_size: object, num_prefix_tokens: int)
     return gh, gw
 
 
-def _square_attention(name: str, value: object) -> torch.Tensor:
+def _square_attention(name: str, value: object, *, rows_sum_to_1: bool = True) -> torch.Tensor:
+    """Attention weights (B, Nh, N, N): finite, non-negative, by default rows summing to 1."""
     attention = _checks.tensor(name, value, 4, "(B, Nh, N, N)")
     if attention.shape[-1] != attention.shape[-2]:
         raise ValueError(
             f"{name} has shape {tuple(attention.shape)}, but self-attention maps are (B, Nh, N, N) "
             "with as many keys as queries; pass the weights from forward_with_attention."
         )
-    return attention.detach()
+    attention = _checks.finite(name, attention.detach())
+    if attention.numel() and attention.min() < 0:
+        raise ValueError(
+            f"{name} has negative weights (down to {attention.min().item():.3g}); attention "
+            "weights come out of a softmax, so pass weights, not logits."
+        )
+    if rows_sum_to_1 and attention.numel():
+        # Generous enough for weights computed in bfloat16 and then upcast; logits or scores
+        # are off by far more.
+        tol = max(1e-2, 8 * torch.finfo(attention.dtype).eps)
+        worst = (attention.sum(dim=-1) - 1).abs().max().item()
+        if worst > tol:
+            raise ValueError(
+                f"{name} has rows that do not sum to 1 (off by up to {worst:.3g}); attention "
+                "weights are a softmax over the keys, so pass weights, not logits or scores "
+                "(normalise with w / w.sum(dim=-1, keepdim=True))."
+            )
+    return attention
 
 
 def attention_rollout(
@@ -85,7 +103,8 @@ def attention_rollout(
 
     Raises:
         TypeError: ``attentions`` is not a list or tuple of float tensors.
-        ValueError: it is empty, a map is not (B, Nh, N, N), or two layers' B or N differ.
+        ValueError: it is empty, a map is not (B, Nh, N, N), holds NaN, inf or negative
+            values or rows that do not sum to 1 (within rounding), or two layers' B or N differ.
 
     Example:
         >>> uniform = torch.full((2, 3, 5, 5), 1 / 5)
@@ -142,8 +161,8 @@ def cls_rollout_map(
         (B, Gh, Gw).
 
     Raises:
-        TypeError / ValueError: ``rollout`` is not a (B, N, N) float tensor, N does not match
-            the grid, or there is no class token (num_prefix_tokens=0).
+        TypeError / ValueError: ``rollout`` is not a (B, N, N) float tensor of finite values, N
+            does not match the grid, or there is no class token (num_prefix_tokens=0).
 
     Example:
         >>> rollout = attention_rollout([torch.full((2, 3, 7, 7), 1 / 7)])
@@ -153,6 +172,7 @@ def cls_rollout_map(
     See chapter: Inside a trained ViT.
     """
     rollout = _checks.tensor("rollout", rollout, 3, "(B, N, N)").detach()
+    _checks.finite("rollout", rollout)
     if _prefix_tokens(num_prefix_tokens) == 0:
         raise ValueError(
             "num_prefix_tokens=0 means there is no class token to read a map from; use "
@@ -194,7 +214,8 @@ def mean_attention_distance(
         image's distances pass ``attention[b : b + 1]``.
 
     Raises:
-        TypeError / ValueError: ``attention`` is not a (B, Nh, N, N) float tensor, N does not
+        TypeError / ValueError: ``attention`` is not a (B, Nh, N, N) float tensor of finite,
+            non-negative weights (rows need not sum to 1: they are renormalised), N does not
             match the grid, or ``patch_size`` is not a positive int.
 
     Example:
@@ -204,7 +225,7 @@ def mean_attention_distance(
 
     See chapter: Inside a trained ViT.
     """
-    attention = _square_attention("attention", attention)
+    attention = _square_attention("attention", attention, rows_sum_to_1=False)
     patch_size = _checks.positive_int("patch_size", patch_size)
     gh, gw = _grid("attention", attention.shape[-1], grid_size, _prefix_tokens(num_prefix_tokens))
     weights = attention[..., num_prefix_tokens:, num_prefix_tokens:]  # (B, Nh, Gh*Gw, Gh*Gw)
@@ -239,8 +260,8 @@ def position_embedding_similarity(
         (Gh, Gw, Gh, Gw), symmetric, with values in [-1, 1].
 
     Raises:
-        TypeError / ValueError: ``pos_embed`` is not a float tensor of one of the two shapes, or
-            its row count does not match the grid.
+        TypeError / ValueError: ``pos_embed`` is not a float tensor of one of the two shapes,
+            holds NaN or inf, or its row count does not match the grid.
 
     Example:
         >>> from vitbook.positional import sincos_2d
@@ -265,6 +286,7 @@ def position_embedding_similarity(
         prefix = _prefix_tokens(num_prefix_tokens)
         gh, gw = _grid("pos_embed", pos_embed.shape[1], grid_size, prefix)
         table = pos_embed[0, prefix:]  # (Gh * Gw, D)
+    _checks.finite("pos_embed", table)
     unit = F.normalize(table.detach(), dim=-1)  # (Gh * Gw, D), rows of length 1
     similarity = unit @ unit.T  # (Gh * Gw, Gh * Gw)
     return rearrange(similarity, "(gh gw) (gh2 gw2) -> gh gw gh2 gw2", gh=gh, gw=gw, gh2=gh)
@@ -291,8 +313,8 @@ def patch_embedding_components(
         ratios, sorted in decreasing order, summing to at most 1.
 
     Raises:
-        TypeError / ValueError: ``weight`` is not a 4-D float tensor, or K is not a positive int
-            or exceeds min(D, C * P * P).
+        TypeError / ValueError: ``weight`` is not a 4-D float tensor of finite values, or K is
+            not a positive int or exceeds min(D, C * P * P).
 
     Example:
         >>> weight = torch.randn(24, 3, 4, 4)  # D = 24 filters of 3 * 4 * 4 = 48 values
@@ -305,6 +327,7 @@ def patch_embedding_components(
     See chapter: Inside a trained ViT.
     """
     weight = _checks.tensor("weight", weight, 4, "(D, C, P, P)").detach()
+    _checks.finite("weight", weight)
     k = _checks.positive_int("num_components", num_components)
     d, c, ph, pw = weight.shape
     if k > min(d, c * ph * pw):

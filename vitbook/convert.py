@@ -43,7 +43,8 @@ from collections.abc import Mapping
 
 import torch
 
-from vitbook.vit import VisionTransformer, ViTConfig
+from vitbook import _checks, _weights
+from vitbook.vit import VisionTransformer, ViTConfig, check_fields
 
 __all__ = [
     "config_from_hf",
@@ -93,35 +94,14 @@ def _state_dict(name: str, value: object) -> dict[str, torch.Tensor]:
     return dict(value)
 
 
-def _expected(config: ViTConfig) -> dict[str, torch.Size]:
-    """The state-dict keys and shapes of a VisionTransformer, without allocating its weights."""
-    with torch.device("meta"):
-        model = VisionTransformer(config)
-    return {name: t.shape for name, t in model.state_dict().items()}
-
-
 def _build(
     config: ViTConfig, tensors: dict[str, torch.Tensor], origin: dict[str, str]
 ) -> VisionTransformer:
     """Check names and shapes against ``config``, then load ``tensors`` into a new model (eval)."""
-    expected = _expected(config)
-    missing = sorted(origin.get(name, name) for name in expected.keys() - tensors.keys())
-    if missing:
-        raise ValueError(
-            f"the state dict lacks {len(missing)} parameter(s) that the model needs: {missing}; "
-            "check that it is a complete ViT checkpoint and that the config matches it."
-        )
-    wrong = [
-        f"{origin.get(name, name)}: {tuple(t.shape)}, expected {tuple(expected[name])}"
-        for name, t in tensors.items()
-        if t.shape != expected[name]
-    ]
+    _weights.check_shapes(config, {name: tuple(t.shape) for name, t in tensors.items()}, origin)
+    wrong = sorted(name for name, t in tensors.items() if not t.is_floating_point())
     if wrong:
-        raise ValueError(
-            f"shapes do not match the config {config}: {wrong}. Use the config the checkpoint was "
-            "trained with; for another image size, resize pos_embed with "
-            "vitbook.resample_pos_embed after loading."
-        )
+        raise TypeError(f"the state dict has tensors that are not floating point: {wrong[:5]}.")
     model = VisionTransformer(config)
     model.load_state_dict(tensors, strict=True)
     return model.eval()
@@ -161,13 +141,14 @@ def from_timm_state_dict(
     if isinstance(config, str):
         config = ViTConfig.from_name(config, **overrides)
     elif isinstance(config, ViTConfig):
+        check_fields(overrides)
         config = dataclasses.replace(config, **overrides)
     else:
         raise TypeError(
             f"config must be a ViTConfig or a preset name such as 'ViT-B/16', got "
             f"{type(config).__name__}."
         )
-    unexpected = sorted(tensors.keys() - _expected(config).keys())
+    unexpected = sorted(tensors.keys() - _weights.expected_shapes(config).keys())
     if unexpected:
         raise ValueError(
             f"the state dict has {len(unexpected)} key(s) that this ViT has no place for: "
@@ -198,7 +179,17 @@ def hf_class_names(hf_config: object) -> tuple[str, ...]:
     See chapter: A pretrained ViT.
     """
     labels = _hf_dict(hf_config).get("id2label") or {}
-    ordered = sorted((int(index), str(name)) for index, name in labels.items())
+    if not isinstance(labels, Mapping):
+        raise TypeError(
+            f"id2label must be a dict {{index: name}} as in config.json, got "
+            f"{type(labels).__name__}; for a list of names use dict(enumerate(names))."
+        )
+    try:
+        ordered = sorted((int(index), str(name)) for index, name in labels.items())
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"id2label keys must be class indices such as '0' or 0, got {list(labels)[:5]}."
+        ) from err
     if [index for index, _ in ordered] != list(range(len(ordered))):
         raise ValueError(
             f"id2label must number its classes 0, 1, 2, ... without gaps; got the indices "
@@ -232,6 +223,7 @@ def config_from_hf(hf_config: object, *, num_classes: int, **overrides: object) 
     See chapter: A pretrained ViT.
     """
     hf = _hf_dict(hf_config)
+    check_fields(overrides)
     model_type = hf.get("model_type", "vit")
     if model_type != "vit":
         raise ValueError(
@@ -247,6 +239,9 @@ def config_from_hf(hf_config: object, *, num_classes: int, **overrides: object) 
     absent = [name for name in (*sizes, "image_size", "patch_size") if name not in hf]
     if absent:
         raise ValueError(f"hf_config lacks {absent}; pass the model's full config.json.")
+    for name in (*sizes, "patch_size", "num_channels"):
+        if name in hf:
+            _checks.positive_int(f"hf_config[{name!r}]", hf[name])
     width, hidden = hf["hidden_size"], hf["intermediate_size"]
     mlp_ratio = hidden / width
     if int(width * mlp_ratio) != hidden:  # float rounding, e.g. 7 * (61 / 7) = 60.99999...
@@ -256,6 +251,7 @@ def config_from_hf(hf_config: object, *, num_classes: int, **overrides: object) 
             f"intermediate_size={hidden} is not int(hidden_size * r) for r = {mlp_ratio!r}."
         )
     image_size = hf["image_size"]
+    _checks.pair("hf_config['image_size']", image_size)
     fields = {
         "img_size": tuple(image_size) if isinstance(image_size, (list, tuple)) else image_size,
         "patch_size": hf["patch_size"],
@@ -270,7 +266,16 @@ def config_from_hf(hf_config: object, *, num_classes: int, **overrides: object) 
         "drop_rate": hf.get("hidden_dropout_prob", 0.0),
         "attn_drop_rate": hf.get("attention_probs_dropout_prob", 0.0),
     }
-    return ViTConfig(**{**fields, **overrides})
+    try:
+        return ViTConfig(**{**fields, **overrides})
+    except (TypeError, ValueError) as err:
+        names = {"qkv_bias": "qkv_bias", "norm_eps": "layer_norm_eps",
+                 "drop_rate": "hidden_dropout_prob",
+                 "attn_drop_rate": "attention_probs_dropout_prob"}
+        raise _checks.same_kind(err)(
+            f"hf_config gives a config vitbook cannot build: {err} (Hugging Face names: "
+            f"{names})"
+        ) from err
 
 
 def _hf_source(name: str) -> tuple[str, str] | None:
@@ -361,6 +366,12 @@ def from_hf_state_dict(
             raise ValueError(
                 f"{ours} needs query, key and value; the state dict lacks "
                 f"{[{'q': 'query', 'k': 'key', 'v': 'value'}[p] for p in lacking]} for it."
+            )
+        shapes = {p: tuple(t.shape) for p, t in parts.items()}
+        if len(set(shapes.values())) != 1:
+            raise ValueError(
+                f"query, key and value for {ours} have shapes {shapes['q']}, {shapes['k']} and "
+                f"{shapes['v']}; a ViT's three projections share one shape (D, D) or (D,)."
             )
         converted[ours] = torch.cat([parts["q"], parts["k"], parts["v"]])  # (3D, D) or (3D,)
         origin[ours] = f"{ours} (query, key, value)"

@@ -36,6 +36,10 @@ class MLP(nn.Module):
     Shapes:
         forward: (B, N, D) -> (B, N, out_features).
 
+    Raises:
+        TypeError / ValueError: sizes that are not positive ints; tokens that are not floating
+            point, or not of the weights' dtype and device.
+
     Example:
         >>> MLP(8, 32)(torch.randn(2, 5, 8)).shape
         torch.Size([2, 5, 8])
@@ -66,6 +70,8 @@ class MLP(nn.Module):
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _checks.floating("tokens", x, "(B, N, D)")
+        _checks.like("tokens", x, self.fc1.weight, "the MLP")
         x = self.drop1(self.act(self.fc1(x)))  # (B, N, hidden)
         return self.drop2(self.fc2(x))  # (B, N, out)
 
@@ -86,6 +92,11 @@ class EncoderBlock(nn.Module):
 
     Shapes:
         forward: (B, N, D) -> (B, N, D); forward_with_weights also returns (B, Nh, N, N).
+
+    Raises:
+        TypeError / ValueError: a size, ratio, epsilon or flag of the wrong type or range (see
+            :class:`vitbook.MultiHeadSelfAttention`); tokens that are not a (B, N, D) float
+            tensor of the weights' dtype and device.
 
     Example:
         >>> block = EncoderBlock(embed_dim=12, num_heads=3)
@@ -110,9 +121,9 @@ class EncoderBlock(nn.Module):
         attn_drop: float = 0.0,
     ) -> None:
         super().__init__()
-        if not mlp_ratio > 0:
-            raise ValueError(f"mlp_ratio={mlp_ratio} must be positive; ViT uses 4.0.")
-        self.norm_first = norm_first
+        _checks.real("mlp_ratio", mlp_ratio, low=0, open_low=True, fix="ViT uses 4.0")
+        _checks.real("norm_eps", norm_eps, low=0, open_low=True, fix="timm uses 1e-6")
+        self.norm_first = _checks.boolean("norm_first", norm_first)
         self.norm1 = nn.LayerNorm(embed_dim, eps=norm_eps)
         self.attn = MultiHeadSelfAttention(
             embed_dim,
@@ -128,7 +139,12 @@ class EncoderBlock(nn.Module):
     def extra_repr(self) -> str:
         return f"norm_first={self.norm_first}"
 
+    def _check(self, x: torch.Tensor) -> None:
+        _checks.tensor("tokens", x, 3, "(B, N, D)")
+        _checks.like("tokens", x, self.norm1.weight, "the block")
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check(x)
         if self.norm_first:
             x = x + self.attn(self.norm1(x))
             return x + self.mlp(self.norm2(x))
@@ -136,6 +152,7 @@ class EncoderBlock(nn.Module):
         return self.norm2(x + self.mlp(x))
 
     def forward_with_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self._check(x)
         if self.norm_first:
             out, weights = self.attn.forward_with_weights(self.norm1(x))
             x = x + out

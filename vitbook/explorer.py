@@ -56,9 +56,17 @@ def _label(value: object) -> str:
 
 
 def _options(name: str, values: object) -> tuple[tuple[str, object], ...]:
+    too_many = ValueError(
+        f"{name} has more than MAX_FRAMES={MAX_FRAMES} values, or no end; offer fewer (a finite "
+        "list, a range or every other value)."
+    )
     if isinstance(values, Mapping):
+        if len(values) > MAX_FRAMES + 1:
+            raise too_many
         options = [(str(label), value) for label, value in values.items()]
     elif isinstance(values, (torch.Tensor, np.ndarray)) and values.ndim == 1:
+        if len(values) > MAX_FRAMES + 1:
+            raise too_many
         options = [(_label(v), v) for v in values.tolist()]
     elif isinstance(values, (str, bytes, torch.Tensor, np.ndarray)) or not hasattr(
         values, "__iter__"
@@ -67,13 +75,26 @@ def _options(name: str, values: object) -> tuple[tuple[str, object], ...]:
             f"{name}={values!r} is not a list of values to choose from; pass a list, a range or "
             f"a 1-D array, e.g. {name}=[{values!r}]."
         )
-    else:
-        options = [(_label(v), v) for v in values]
+    else:  # read at most one value past the limit: an endless iterator fails at once
+        read = list(itertools.islice(values, MAX_FRAMES + 1))
+        sized = hasattr(values, "__len__")
+        if len(read) > MAX_FRAMES and (not sized or len(values) > len(read)):
+            raise too_many  # (a sized container of MAX_FRAMES + 1 is counted below)
+        options = [(_label(v), v) for v in read]
     if not options:
         raise ValueError(f"{name} has no values; pass at least one, e.g. {name}=[1, 2, 3].")
     labels = [label for label, _ in options]
+    if len(set(labels)) != len(labels) and not isinstance(values, Mapping):
+        if any(_index(options[:i], value) is not None for i, (_, value) in enumerate(options)):
+            raise ValueError(f"{name} has repeated values {labels}; list each value once.")
+        options = [(repr(value), value) for _, value in options]  # e.g. 0.1 and 0.1000001
+        labels = [label for label, _ in options]
     if len(set(labels)) != len(labels):
-        raise ValueError(f"{name} has repeated values {labels}; list each value once.")
+        alike = sorted({label for label in labels if labels.count(label) > 1})
+        raise ValueError(
+            f"{name} has different values that print alike as {alike}; pass a dict "
+            f"{{label: value}} that names each one, e.g. {name}={{'first': ..., 'second': ...}}."
+        )
     return tuple(options)
 
 

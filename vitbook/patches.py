@@ -111,7 +111,11 @@ class PatchEmbedding(nn.Module):
 
     Raises:
         ValueError: an image size that is not a multiple of P, a channel count or image size that
-            differs from the one the module was built for.
+            differs from the one the module was built for, images on another device than the
+            weights, or images holding NaN or inf.
+        TypeError: images that are not a floating-point tensor of the weights' dtype. Nothing is
+            converted silently: float64 images (NumPy's default) for a float32 model are refused
+            with the fix, ``images.float()``.
 
     Example:
         >>> embed = PatchEmbedding(img_size=(32, 48), patch_size=16, in_chans=3, embed_dim=8)
@@ -153,6 +157,8 @@ class PatchEmbedding(nn.Module):
                 f"img_size={size} and move the position embeddings there with "
                 "vitbook.resample_pos_embed."
             )
+        _checks.like("images", images, self.proj.weight, "the model")
+        _checks.finite("images", images)
         x = self.proj(images)  # (B, D, Gh, Gw)
         return rearrange(x, "b d gh gw -> b (gh gw) d")
 
@@ -166,6 +172,9 @@ class LinearPatchEmbedding(nn.Module):
 
     Shapes:
         forward: (B, C, H, W) -> (B, Gh * Gw, D), for any H, W that are multiples of P.
+
+    Raises:
+        TypeError / ValueError: as :class:`PatchEmbedding`, for any image size that P tiles.
 
     Example:
         >>> conv = PatchEmbedding(img_size=8, patch_size=4, in_chans=3, embed_dim=5)
@@ -194,6 +203,8 @@ class LinearPatchEmbedding(nn.Module):
                 f"images have {images.shape[1]} channels but the module was built for "
                 f"in_chans={self.in_chans}; convert the images or use in_chans={images.shape[1]}."
             )
+        _checks.like("images", images, self.proj.weight, "the model")
+        _checks.finite("images", images)
         return self.proj(patchify(images, self.patch_size))  # (B, Gh * Gw, D)
 
 

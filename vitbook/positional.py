@@ -71,6 +71,7 @@ def sincos_1d(num_positions: int, dim: int, *, base: float = 10000.0) -> torch.T
         raise ValueError(
             f"dim={dim} must be even for sine-cosine pairs; use {dim - 1 or 2} or {dim + 1}."
         )
+    _checks.real("base", base, fix="the usual value is 10000")
     if not base > 1:
         raise ValueError(f"base={base} must be greater than 1; the usual value is 10000.")
     return _sincos(torch.arange(num_positions), dim, base)
@@ -115,6 +116,7 @@ def sincos_2d(grid_size: int | tuple[int, int], dim: int, *, base: float = 10000
             f"dim={dim} is not a multiple of 4: sincos_2d gives half of dim to rows and half to "
             f"columns, each as sine-cosine pairs; use dim={options}."
         )
+    _checks.real("base", base, fix="the usual value is 10000")
     if not base > 1:
         raise ValueError(f"base={base} must be greater than 1; the usual value is 10000.")
     rows = torch.arange(gh).repeat_interleave(gw)  # (Gh * Gw,) row index of each patch

@@ -5,7 +5,8 @@ safetensors file holds only tensors and a JSON header, so loading it runs no cod
 unpickling a ``torch.save`` file). The header's metadata stores the ``ViTConfig`` fields (key
 ``"config"``) and the test accuracy measured when the file was written (key
 ``"test_accuracy"``). ``scripts/train_digits_vit.py`` reproduces the file from scratch.
-safetensors is imported only when a model is loaded.
+Such files are written and read by :mod:`vitbook.checkpoints` (``save_model``, ``load_model``,
+``read_metadata``), whose names are re-exported here.
 
 **Pretrained ImageNet models.** :func:`load_pretrained` downloads a Hugging Face ViT checkpoint
 such as ``google/vit-base-patch16-224`` (ViT-B/16, ImageNet-21k pre-training, ImageNet-1k
@@ -21,14 +22,20 @@ See chapters: Training and classification; A pretrained ViT.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from vitbook import _checks, _weights
+from vitbook.checkpoints import (
+    DIGITS_VIT_PATH,
+    ExistingFileError,
+    load_model,
+    read_metadata,
+    save_model,
+)
 from vitbook.convert import (
     config_from_hf,
     from_hf_state_dict,
@@ -36,11 +43,12 @@ from vitbook.convert import (
     hf_class_names,
     to_hf_state_dict,
 )
-from vitbook.vit import VisionTransformer, ViTConfig
+from vitbook.vit import VisionTransformer
 
 __all__ = [
     "DEFAULT_CHECKPOINT",
     "DIGITS_VIT_PATH",
+    "ExistingFileError",
     "PretrainedUnavailableError",
     "PretrainedViT",
     "config_from_hf",
@@ -56,75 +64,8 @@ __all__ = [
     "to_hf_state_dict",
 ]
 
-DIGITS_VIT_PATH = Path(__file__).parent / "assets" / "digits_vit.safetensors"
 DEFAULT_CHECKPOINT = "google/vit-base-patch16-224"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference
-
-
-def save_model(model: VisionTransformer, path: str | Path, **metadata: str) -> None:
-    """Write a ``VisionTransformer``'s weights and config to a safetensors file.
-
-    Args:
-        model: the model; its ``config`` is stored as JSON under the metadata key ``"config"``.
-        path: the file to write.
-        **metadata: further string entries for the header (for example a test accuracy).
-
-    Raises:
-        TypeError: ``model`` is not a ``VisionTransformer``, or a metadata value is not a str.
-
-    Example:
-        >>> import tempfile
-        >>> cfg = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10,
-        ...                 embed_dim=16, depth=1, num_heads=2)
-        >>> path = Path(tempfile.mkdtemp()) / "tiny.safetensors"
-        >>> save_model(VisionTransformer(cfg), path, note="untrained")
-        >>> read_metadata(path)["note"]
-        'untrained'
-
-    See chapter: Training and classification.
-    """
-    from safetensors.torch import save_file
-
-    if not isinstance(model, VisionTransformer):
-        raise TypeError(
-            f"model must be a vitbook VisionTransformer, got {type(model).__name__}; "
-            "save other modules with safetensors.torch.save_file."
-        )
-    wrong = {k: type(v).__name__ for k, v in metadata.items() if not isinstance(v, str)}
-    if wrong:
-        raise TypeError(f"metadata values must be str, got {wrong}; convert them with str().")
-    config = json.dumps(dataclasses.asdict(model.config), sort_keys=True)
-    tensors = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
-    save_file(tensors, str(path), metadata={"config": config, **metadata})
-
-
-def read_metadata(path: str | Path = DIGITS_VIT_PATH) -> dict[str, str]:
-    """The string metadata in a safetensors file's header, without reading any tensor.
-
-    Example:
-        >>> json.loads(read_metadata()["config"])["patch_size"]
-        2
-
-    See chapter: Training and classification.
-    """
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as file:
-        return dict(file.metadata() or {})
-
-
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> VisionTransformer:
-    """Rebuild a ``VisionTransformer`` from a file written by :func:`save_model`, in eval mode."""
-    from safetensors.torch import load_file
-
-    metadata = read_metadata(path)
-    if "config" not in metadata:
-        raise ValueError(
-            f"{path} has no 'config' entry in its metadata; write it with vitbook's save_model."
-        )
-    model = VisionTransformer(ViTConfig(**json.loads(metadata["config"])))
-    model.load_state_dict(load_file(str(path)), strict=True)  # every weight, nothing more
-    return model.to(device).eval()
 
 
 def load_digits_vit(device: str | torch.device = "cpu") -> VisionTransformer:
@@ -170,6 +111,11 @@ class PretrainedViT:
             pixels to [0, 1].
         source: where the weights came from, for captions.
 
+    Raises:
+        TypeError / ValueError: on creation, a model that is not a ``VisionTransformer``, class
+            names not one per logit, or ``mean`` / ``std`` not one finite number per channel
+            (``std`` > 0); in ``preprocess``, images that are not (B, C, H, W) floats.
+
     Example:
         >>> bundle = load_digits_pretrained()
         >>> bundle.class_names[:3], bundle.preprocess(torch.rand(2, 1, 16, 16)).shape
@@ -183,6 +129,32 @@ class PretrainedViT:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     source: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, VisionTransformer):
+            raise TypeError(
+                f"model must be a vitbook VisionTransformer, got {type(self.model).__name__}."
+            )
+        cfg = self.model.config
+        names = self.class_names
+        if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
+            raise TypeError(f"class_names must be a tuple of str, got {names!r:.80}.")
+        if cfg.num_classes and len(names) != cfg.num_classes:
+            raise ValueError(
+                f"class_names has {len(names)} names but the model has num_classes="
+                f"{cfg.num_classes} logits; give one name per logit."
+            )
+        for field in ("mean", "std"):
+            values = getattr(self, field)
+            if not isinstance(values, tuple) or len(values) != cfg.in_chans:
+                raise ValueError(
+                    f"{field}={values!r} must be a tuple of one number per channel, and the "
+                    f"model has in_chans={cfg.in_chans}; a {field} of another length would "
+                    "silently change the number of channels."
+                )
+            for c, value in enumerate(values):
+                _checks.real(f"{field}[{c}]", value, low=0 if field == "std" else None,
+                             open_low=True, fix=f"use {field} of the model's training data")
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         """Images in [0, 1], (B, C, H, W) or (C, H, W), resized to the model's size, normalised.
@@ -286,7 +258,7 @@ def _checkpoint_files(
 
         missing = (EntryNotFoundError,)
     try:
-        config = json.loads(fetch("config.json").read_text(encoding="utf-8"))
+        config = _weights.read_json(fetch("config.json"))
     except missing as error:
         raise ValueError(f"{name!r} has no config.json; it is not a transformers model.") from error
     weights = None
@@ -296,16 +268,15 @@ def _checkpoint_files(
         except missing:
             continue
         if filename.endswith(".safetensors"):
-            from safetensors.torch import load_file
-
-            weights = load_file(str(path))
+            _weights.check_float(path, _weights.read_header(path)[1])
+            weights = _weights.load_tensors(path)
         else:  # a pickle: weights_only refuses anything but tensors and plain containers
-            weights = torch.load(path, map_location="cpu", weights_only=True)
+            weights = _weights.load_pickle(path)
         break
     if weights is None:
         raise ValueError(f"{name!r} has none of the weight files {list(WEIGHT_FILES)}.")
     try:
-        processor = json.loads(fetch("preprocessor_config.json").read_text(encoding="utf-8"))
+        processor = _weights.read_json(fetch("preprocessor_config.json"))
     except missing:
         processor = {}
     return config, weights, processor
@@ -341,8 +312,13 @@ def load_pretrained(
 
     Raises:
         PretrainedUnavailableError: offline with no cached copy, or huggingface_hub missing.
-        ValueError: an unknown repository or revision, missing files, or weights that do not
-            convert (see :func:`from_hf_state_dict`).
+        ValueError: an unknown repository or revision, missing files, a file that is not valid
+            JSON, safetensors or a pickle of tensors only (named; a pickle holding other objects
+            is refused, never unpickled), a config whose size does not match the weights (checked
+            before the model is built), non-finite weights, a mean or std that is not one
+            number per channel, or weights that do not convert (see
+            :func:`from_hf_state_dict`).
+        TypeError: a mistyped argument or config entry.
 
     Example:
         >>> import tempfile
@@ -362,10 +338,31 @@ def load_pretrained(
         )
     options = {"revision": revision, "cache_dir": cache_dir, "local_files_only": local_files_only}
     hf_config, weights, processor = _checkpoint_files(name, options)
-    model = from_hf_state_dict(weights, hf_config, **overrides).to(device)
+    device = _checks.device("device", device)
+    try:
+        model = from_hf_state_dict(weights, hf_config, **overrides)
+    except (TypeError, ValueError) as err:
+        raise _checks.same_kind(err)(f"the checkpoint {name!r} does not convert: {err}") from err
     classes = model.config.num_classes
     names = hf_class_names(hf_config) or tuple(f"class {i}" for i in range(classes))
     channels = model.config.in_chans
-    mean = tuple(float(v) for v in processor.get("image_mean", [0.5] * channels))
-    std = tuple(float(v) for v in processor.get("image_std", [0.5] * channels))
-    return PretrainedViT(model=model, class_names=names, mean=mean, std=std, source=name)
+    mean, std = (
+        _per_channel(name, key, processor.get(key, 0.5), channels)
+        for key in ("image_mean", "image_std")
+    )
+    return PretrainedViT(model=model.to(device), class_names=names, mean=mean, std=std,
+                         source=name)
+
+
+def _per_channel(name: str, key: str, value: object, channels: int) -> tuple[float, ...]:
+    """A preprocessor's mean or std: one number for every channel, or one per channel."""
+    values = [value] * channels if isinstance(value, (int, float)) else value
+    if not isinstance(values, list) or len(values) != channels:
+        raise ValueError(
+            f"{key}={value!r} in the preprocessor config of {name!r} must give one number per "
+            f"channel, and the model has {channels}; fix the preprocessor_config.json."
+        )
+    for c, number in enumerate(values):
+        _checks.real(f"{key}[{c}] of {name!r}", number, low=0 if key == "image_std" else None,
+                     open_low=True, fix="fix the preprocessor_config.json")
+    return tuple(float(number) for number in values)

@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import nn
 
+from vitbook import _checks
+
 __all__ = ["History", "evaluate", "fit", "plot_history", "predict", "random_shift"]
 
 Data = tuple[torch.Tensor, torch.Tensor]
@@ -65,36 +67,29 @@ class History:
         return float(sum(self.seconds))
 
 
-def _check_data(name: str, data: object) -> Data:
-    """Check an ``(images, labels)`` pair: (B, ...) float images and (B,) integer labels."""
-    if not (isinstance(data, tuple | list) and len(data) == 2):
-        raise TypeError(
-            f"{name} must be a pair (images, labels) of tensors, got {type(data).__name__}; "
-            f"pass e.g. {name}=(x_train, y_train)."
-        )
-    images, labels = data
-    if not isinstance(images, torch.Tensor) or not torch.is_floating_point(images):
-        raise TypeError(
-            f"{name} images must be a floating-point tensor (B, C, H, W), got "
-            f"{getattr(images, 'dtype', type(images).__name__)}; convert with .float()."
-        )
-    if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64 or labels.ndim != 1:
-        raise TypeError(
-            f"{name} labels must be a 1-D int64 tensor (B,), got "
-            f"{getattr(labels, 'dtype', type(labels).__name__)} of shape "
-            f"{tuple(getattr(labels, 'shape', ()))}; convert with .long()."
-        )
-    if len(images) != len(labels) or len(images) == 0:
+def _num_classes(model: nn.Module) -> int | None:
+    """K from a vitbook model's config, or None for another module (read from its logits)."""
+    num_classes = getattr(getattr(model, "config", None), "num_classes", None)
+    if num_classes == 0:
         raise ValueError(
-            f"{name} has {len(images)} images and {len(labels)} labels; "
-            "they must be equally many, and at least one."
+            "the model has num_classes=0, so no classification head; build it with "
+            "num_classes=K to train or evaluate a classifier."
         )
-    return images, labels
+    return num_classes if isinstance(num_classes, int) else None
+
+
+def _model(model: object) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"model must be a torch.nn.Module mapping images to logits, got {type(model).__name__}."
+        )
+    return model
 
 
 def _device(model: nn.Module, device: str | torch.device | None) -> torch.device:
+    _model(model)
     if device is not None:
-        return torch.device(device)
+        return _checks.device("device", device)
     parameter = next(model.parameters(), None)
     return parameter.device if parameter is not None else torch.device("cpu")
 
@@ -185,8 +180,13 @@ def fit(
         A :class:`History`.
 
     Raises:
-        TypeError: data that are not ``(float images, int64 labels)`` pairs.
-        ValueError: ``epochs``, ``batch_size`` or ``lr`` not positive, or unequal lengths.
+        TypeError: data that are not ``(float images, int64 labels)`` pairs; an argument of the
+            wrong type (a str for ``lr``, a non-callable ``augment``, ...).
+        ValueError: before the first step, an argument out of range, unequal lengths, images
+            holding NaN or inf, or labels outside ``0 .. num_classes-1`` (the model is not
+            touched); during training, the first non-finite loss or gradient stops it before
+            the step that would have spread it, so the model keeps the weights of the step
+            before (the optimizer state is discarded with the error).
 
     Example:
         >>> _ = torch.manual_seed(0)
@@ -200,17 +200,26 @@ def fit(
 
     See chapter: Training and classification.
     """
-    images, labels = _check_data("train_data", train_data)
+    device = _device(model, device)
+    num_classes = _num_classes(_model(model))
+    images, labels = _checks.labelled_data("train_data", train_data, num_classes)
     if eval_data is not None:
-        _check_data("eval_data", eval_data)
+        _checks.labelled_data("eval_data", eval_data, num_classes)
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} must be a positive int; use e.g. {name}=10.")
+    _checks.integer("warmup_epochs", warmup_epochs, fix="use 0 for no warm-up")
+    _checks.integer("seed", seed, minimum=-(2**63))
+    lr = _checks.real("lr", lr, fix="1e-3 is a good start for AdamW")
     if not lr > 0:
         raise ValueError(f"lr={lr!r} must be positive; 1e-3 is a good start for AdamW.")
-    if not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1); DeiT uses 0.1.")
-    device = _device(model, device)
+    _checks.real("weight_decay", weight_decay, low=0, fix="ViT and DeiT use 0.05")
+    _checks.real("label_smoothing", label_smoothing, low=0, high=1, open_high=True,
+                 fix="DeiT uses 0.1")
+    if augment is not None and not callable(augment):
+        raise TypeError(f"augment must be a function augment(images, generator) or None, got "
+                        f"{type(augment).__name__}; e.g. augment=random_shift(1).")
+    _checks.boolean("progress", progress)
     model.to(device)
     torch.manual_seed(seed)  # dropout, and anything else that draws from the global generator
     generator = torch.Generator().manual_seed(seed)  # order and augmentation, on the CPU
@@ -226,7 +235,8 @@ def fit(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=epochs, desc="training", unit="epoch")
-    for _ in range(epochs):
+    step = 0
+    for epoch in range(epochs):
         start = time.perf_counter()
         model.train()
         loss_sum, correct = 0.0, 0
@@ -237,11 +247,18 @@ def fit(
                 x = augment(x, generator)
             x, y = x.to(device), y.to(device)
             logits = model(x)  # (b, K)
+            if step == 0:
+                _checks.logits(logits, labels)
             loss = F.cross_entropy(logits, y, label_smoothing=label_smoothing)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if torch.isfinite(loss):
+                loss.backward()
+            # Stop before a non-finite loss or gradient reaches the weights: they stay as they
+            # were before this step, and the error says where training went wrong.
+            _check_step(model, loss, epoch, step, total, lr)
             optimizer.step()
             scheduler.step()
+            step += 1
             loss_sum += loss.item() * len(batch)
             correct += (logits.argmax(dim=1) == y).sum().item()
         history.train_loss.append(loss_sum / len(images))
@@ -261,6 +278,21 @@ def fit(
     return history
 
 
+def _check_step(
+    model: nn.Module, loss: torch.Tensor, epoch: int, step: int, total: int, lr: float
+) -> None:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    finite = torch.stack([loss.isfinite(), *(g.isfinite().all() for g in grads)])
+    if bool(finite.all()):
+        return
+    what = f"loss is {loss.item()}" if not torch.isfinite(loss) else "gradients are not finite"
+    raise ValueError(
+        f"the training {what} at epoch {epoch + 1}, step {step + 1} of {total}; training "
+        "stopped before this step, so the model keeps the weights it had after the step before. "
+        f"Lower lr (now {lr:g}), check the data and the model, or use fewer epochs."
+    )
+
+
 @torch.no_grad()
 def predict(
     model: nn.Module,
@@ -272,6 +304,10 @@ def predict(
     """Class probabilities of ``images`` (B, C, H, W): (B, K) on the CPU, model in eval mode.
 
     The model is switched to eval mode (dropout off) and stays there.
+
+    Raises:
+        TypeError / ValueError: images that are not a floating-point tensor or hold NaN or inf,
+            ``batch_size`` not a positive int, an unknown device.
 
     Example:
         >>> model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
@@ -286,6 +322,8 @@ def predict(
             "images must be a floating-point tensor (B, C, H, W), got "
             f"{getattr(images, 'dtype', type(images).__name__)}; convert with .float()."
         )
+    _checks.finite("images", images)
+    _checks.integer("batch_size", batch_size, minimum=1, fix="use e.g. batch_size=256")
     device = _device(model, device)
     model.eval()
     chunks = [
@@ -306,6 +344,10 @@ def evaluate(
 
     A prediction is the class of the largest logit; the model is left in eval mode.
 
+    Raises:
+        TypeError / ValueError: as :func:`predict`, and labels that are not a (B,) int64 tensor
+            of class indices ``0 .. K-1`` (K from the model's config or its logits).
+
     Example:
         >>> model = nn.Sequential(nn.Flatten(), nn.Linear(1, 2))
         >>> with torch.no_grad():
@@ -317,8 +359,10 @@ def evaluate(
 
     See chapter: Training and classification.
     """
-    images, labels = _check_data("data", data)
-    predicted = predict(model, images, batch_size=batch_size, device=device).argmax(dim=1)
+    images, labels = _checks.labelled_data("data", data, _num_classes(_model(model)))
+    probabilities = predict(model, images, batch_size=batch_size, device=device)  # (B, K)
+    _checks.labels("data labels", labels, probabilities.shape[1])
+    predicted = probabilities.argmax(dim=1)
     return (predicted == labels).float().mean().item()
 
 

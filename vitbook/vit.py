@@ -100,14 +100,9 @@ class ViTConfig:
         object.__setattr__(self, "img_size", _checks.pair("img_size", self.img_size))
         for name in ("patch_size", "in_chans", "embed_dim", "depth", "num_heads"):
             _checks.positive_int(name, getattr(self, name))
-        if (
-            isinstance(self.num_classes, bool)
-            or not isinstance(self.num_classes, int)
-            or self.num_classes < 0
-        ):
-            raise ValueError(
-                f"num_classes={self.num_classes!r} must be an int >= 0 (0 for no head)."
-            )
+        _checks.integer("num_classes", self.num_classes, fix="use 0 for no head")
+        for name in ("qkv_bias", "class_token"):
+            _checks.boolean(name, getattr(self, name))
         _checks.multiple_of("img_size height", self.img_size[0], "patch_size", self.patch_size)
         _checks.multiple_of("img_size width", self.img_size[1], "patch_size", self.patch_size)
         _checks.divisible("embed_dim", self.embed_dim, "num_heads", self.num_heads)
@@ -124,15 +119,22 @@ class ViTConfig:
             raise ValueError(
                 "pool='cls' needs class_token=True; set class_token=True or use pool='mean'."
             )
-        if not self.mlp_ratio > 0:
-            raise ValueError(f"mlp_ratio={self.mlp_ratio} must be positive; ViT uses 4.0.")
-        if not self.norm_eps > 0:
-            raise ValueError(f"norm_eps={self.norm_eps} must be positive; timm uses 1e-6.")
+        _checks.real("mlp_ratio", self.mlp_ratio, low=0, open_low=True, fix="ViT uses 4.0")
+        if self.mlp_hidden_dim < 1:
+            raise ValueError(
+                f"mlp_ratio={self.mlp_ratio} gives an MLP of width int({self.embed_dim} * "
+                f"{self.mlp_ratio}) = {self.mlp_hidden_dim}; use mlp_ratio >= "
+                f"{1 / self.embed_dim:.3g} (ViT uses 4.0)."
+            )
+        _checks.real(
+            "norm_eps", self.norm_eps, low=0, high=1, open_low=True, open_high=True,
+            fix="timm uses 1e-6, Hugging Face 1e-12",
+        )  # an epsilon as large as the variance would flatten every token to the same vector
         for name in ("drop_rate", "attn_drop_rate"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(
-                    f"{name}={getattr(self, name)} must be in [0, 1); use 0.0 for no dropout."
-                )
+            _checks.real(
+                name, getattr(self, name), low=0, high=1, open_high=True,
+                fix="use 0.0 for no dropout",
+            )
 
     @classmethod
     def from_name(cls, name: str, **overrides: object) -> ViTConfig:
@@ -142,15 +144,14 @@ class ViTConfig:
             >>> cfg = ViTConfig.from_name("ViT-Ti/16", num_classes=10)
             >>> cfg.embed_dim, cfg.depth, cfg.num_heads, cfg.num_classes
             (192, 12, 3, 10)
+
+        Raises:
+            ValueError: an unknown preset name or field name, or a field value the config
+                refuses.
         """
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:
             raise ValueError(f"unknown preset name {name!r}; choose one of {', '.join(PRESETS)}.")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - fields)
-        if unknown:
-            raise ValueError(
-                f"unknown ViTConfig field(s) {unknown}; valid fields are {sorted(fields)}."
-            )
+        check_fields(overrides)
         return cls(**{**PRESETS[name], **overrides})
 
     @property
@@ -201,6 +202,16 @@ class ViTConfig:
         return patch + tokens + self.depth * block + 2 * d + head
 
 
+def check_fields(names: object) -> None:
+    """Raise a ValueError listing the valid fields unless every name is a ``ViTConfig`` field."""
+    fields = {f.name for f in dataclasses.fields(ViTConfig)}
+    unknown = sorted(set(names) - fields)
+    if unknown:
+        raise ValueError(
+            f"unknown ViTConfig field(s) {unknown}; valid fields are {sorted(fields)}."
+        )
+
+
 class VisionTransformer(nn.Module):
     """The ViT of Dosovitskiy et al. (2021), state-dict compatible with timm.
 
@@ -216,8 +227,12 @@ class VisionTransformer(nn.Module):
         forward_with_attention: (B, C, H, W) -> (logits, [(B, Nh, N, N)] * depth).
 
     Raises:
-        TypeError / ValueError: images that are not float, not 4-D, or of another channel count
-            or size than the config (see :func:`vitbook.resample_pos_embed` to change size).
+        TypeError: ``config`` is not a ViTConfig; images that are not float, or not of the
+            weights' dtype (float64 images for a float32 model: convert with ``images.float()``;
+            nothing is converted silently).
+        ValueError: images not 4-D, of another channel count or size than the config (see
+            :func:`vitbook.resample_pos_embed` to change size), on another device than the
+            model, or holding NaN or inf.
 
     Example:
         >>> cfg = ViTConfig(img_size=32, patch_size=8, embed_dim=24, depth=2, num_heads=3,

@@ -41,6 +41,7 @@ See chapter: How the interactive figures work.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -106,7 +107,7 @@ def _grid_queries(gh: int, gw: int, queries: object, most: int) -> dict[str, obj
         cols = np.linspace(0, gw - 1, max(1, round(gw / step))).round().astype(int)
         queries = [int(r * gw + c) for r in sorted(set(rows)) for c in sorted(set(cols))]
     chosen = {}
-    for k in queries:
+    for k in itertools.islice(queries, MAX_FRAMES + 1):  # an endless iterator is cut here
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < gh * gw:
             raise ValueError(
                 f"query patch {k!r} is not on the {gh}x{gw} grid; use 0 .. {gh * gw - 1} "
@@ -133,6 +134,10 @@ def patch_explorer(
             both that gives a grid of 2 to 32 patches per side.
         num_shown: patches of the sequence drawn under the image.
 
+    Raises:
+        TypeError / ValueError: an image that is not (C, H, W) float, patch sizes that do not
+            divide H and W, ``num_shown`` not a positive int.
+
     Example:
         >>> from vitbook.data import sample_image
         >>> patch_explorer(sample_image(size=224))
@@ -141,6 +146,7 @@ def patch_explorer(
     See chapter: Images as sequences of patches.
     """
     image = _checks.tensor("image", image, 3, "(C, H, W)")
+    _checks.positive_int("num_shown", num_shown)
     h, w = image.shape[-2:]
     if patch_sizes is None:
         patch_sizes = [
@@ -175,12 +181,23 @@ def sincos_explorer(
     Draws :func:`vitbook.plotting.plot_sincos`; the defaults give 16 x 6 x 2 = 192 frames: every
     fourth position, so that a step of the slider moves the marked row by 4.
 
+    Raises:
+        TypeError / ValueError: a position outside 0 .. num_positions - 1, a channel outside
+            0 .. dim - 1, a base that is not a number above 1, or sizes that are not positive.
+
     Example:
         >>> sincos_explorer()
         Explorer(plot_sincos; position: 16 values, dimension: 6 values, base: 2 values; 192 frames)
 
     See chapter: Positional encodings.
     """
+
+    sincos_1d(num_positions, dim)  # checks both sizes (dim even) before any value is offered
+    positions = _checks.indices("positions", positions, num_positions, "positions", most=MAX_FRAMES)
+    dimensions = _checks.indices("dimensions", dimensions, dim, "channels", most=MAX_FRAMES)
+    if isinstance(bases, (list, tuple, range)):
+        for base in bases:
+            _checks.real("base", base, low=1, open_low=True, fix="the usual value is 10000")
 
     def plot_sincos(position: int, dimension: int, base: float) -> Figure:
         return plotting.plot_sincos(
@@ -220,6 +237,10 @@ def position_similarity_explorer(
             coarse sub-grid of about 64.
         seed: the seed of the freshly initialised embedding.
 
+    Raises:
+        TypeError / ValueError: a grid or ``dim`` that is not positive (``dim`` a multiple of
+            4), a ``learned`` table that is not (Gh * Gw, D), query patches off the grid.
+
     Example:
         >>> position_similarity_explorer((3, 4), 16)
         Explorer(plot_position_similarity; embedding: 3 values, query: 12 values; 36 frames)
@@ -234,6 +255,12 @@ def position_similarity_explorer(
         torch.random.set_rng_state(generator_state)
     else:
         learned, name = _checks.tensor("learned", learned, 2, "(Gh * Gw, D)"), "learned"
+        if tuple(learned.shape) != (gh * gw, dim):
+            raise ValueError(
+                f"learned has shape {tuple(learned.shape)}, but grid_size=({gh}, {gw}) and "
+                f"dim={dim} need ({gh * gw}, {dim}): one row per patch; pass pos_embed[0, 1:] "
+                "of a model with this grid, and its embed_dim as dim."
+            )
     embeddings = {
         name: learned.detach(),
         "sin-cos 1D (patch index)": sincos_1d(gh * gw, dim),
@@ -291,6 +318,10 @@ def attention_explorer(
 
     Every frame shares one colour scale, from 0 to the largest weight among the rows offered.
 
+    Raises:
+        TypeError / ValueError: a model that is not a vitbook ViT, an image it refuses (see
+            :class:`vitbook.VisionTransformer`), layers, heads or query patches out of range.
+
     Example:
         >>> from vitbook import VisionTransformer, ViTConfig
         >>> cfg = ViTConfig(img_size=32, patch_size=8, embed_dim=24, depth=2, num_heads=3)
@@ -303,6 +334,10 @@ def attention_explorer(
     if cfg is None or not hasattr(model, "forward_with_attention"):
         raise TypeError(f"model must be a vitbook.VisionTransformer, got {type(model).__name__}.")
     image = _checks.tensor("image", image, 3, "(C, H, W)")
+    if layers is not None:
+        layers = _checks.indices("layers", layers, cfg.depth, "layers", most=MAX_FRAMES)
+    if heads is not None:
+        heads = _checks.indices("heads", heads, cfg.num_heads, "heads", most=MAX_FRAMES)
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -348,6 +383,9 @@ def axial_reach_explorer(
     Args:
         grid_size: (Gh, Gw) or G.
         queries: patch indices to offer; default: every patch of grids up to 64 patches.
+
+    Raises:
+        TypeError / ValueError: a grid that is not positive, query patches off the grid.
 
     Example:
         >>> axial_reach_explorer((3, 5))
