@@ -10,9 +10,16 @@ from vitbook import axial_attention_mask, plotting, sincos_1d, sincos_2d
 from vitbook.plotting import (
     plot_attention_map,
     plot_axial_reach,
+    plot_head_outputs,
     plot_patch_grid,
+    plot_patch_vector,
     plot_position_similarity,
+    plot_query_weights,
+    plot_shuffle_test,
+    plot_similarity_tiles,
     plot_sincos,
+    plot_softmax_saturation,
+    plot_weight_table,
 )
 
 GH, GW = 3, 5  # all sizes differ, so a swapped axis cannot pass unnoticed
@@ -110,6 +117,99 @@ def test_axial_reach_counts_full_row_and_two_hop_reach():
     ]
 
 
+def test_patch_vector_draws_each_channel_in_c_ph_pw_order():
+    vector = torch.rand(3 * 4 * 4)
+    fig = plot_patch_vector(vector, 4, title="patch 7")
+    tile_ax, vector_ax = fig.axes
+    assert tile_ax.get_title() == "patch 7"
+    np.testing.assert_allclose(
+        tile_ax.images[0].get_array(), vector.reshape(3, 4, 4).permute(1, 2, 0).numpy()
+    )
+    for c, line in enumerate(vector_ax.lines):
+        np.testing.assert_array_equal(line.get_xdata(), np.arange(c * 16, (c + 1) * 16))
+        np.testing.assert_allclose(line.get_ydata(), vector[c * 16 : (c + 1) * 16].numpy())
+    with pytest.raises(ValueError, match="vector has 47 numbers, not a multiple of P"):
+        plot_patch_vector(torch.rand(47), 4)
+
+
+def test_shuffle_test_draws_both_images_and_both_logits():
+    logits, shuffled_logits = torch.randn(5), torch.randn(5)
+    fig = plot_shuffle_test(torch.rand(3, 8, 8), torch.rand(3, 8, 8), logits, shuffled_logits)
+    bars = fig.axes[2]
+    heights = [patch.get_height() for patch in bars.patches]
+    np.testing.assert_allclose(heights, torch.cat([logits, shuffled_logits]).numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="must have the same shape"):
+        plot_shuffle_test(torch.rand(3, 8, 8), torch.rand(3, 8, 8), logits, torch.randn(4))
+
+
+def test_similarity_tiles_put_patch_k_against_all_patches_in_tile_k():
+    table = sincos_2d((GH, GW), 16)
+    fig = plot_similarity_tiles({"2D": table, "random": torch.randn(GH * GW, 16)}, (GH, GW))
+    mosaic = fig.axes[0].images[0].get_array()
+    unit = table / table.norm(dim=1, keepdim=True)
+    k = 7  # row 1, column 2: the tile at block (1, 2)
+    tile = mosaic[1 * (GH + 1) : 1 * (GH + 1) + GH, 2 * (GW + 1) : 2 * (GW + 1) + GW]
+    np.testing.assert_allclose(tile, (unit @ unit[k]).reshape(GH, GW).numpy(), atol=1e-6)
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["2D", "random"]
+    with pytest.raises(ValueError, match="has 16 rows but the 3x5 grid has 15 patches"):
+        plot_similarity_tiles({"1D": torch.randn(16, 8)}, (GH, GW))
+
+
+def test_query_weights_share_one_scale():
+    weights = torch.softmax(torch.randn(GH * GW, GH * GW), -1)
+    fig = plot_query_weights(weights, (GH, GW), [0, 7])
+    maps = [ax for ax in fig.axes if ax.images]
+    np.testing.assert_allclose(maps[1].images[0].get_array(), weights[7].reshape(GH, GW))
+    top = float(weights[[0, 7]].max())
+    assert all(ax.images[0].get_clim() == (0, pytest.approx(top)) for ax in maps)
+    assert maps[1].get_title() == "query 7 (row 1, col 2)"
+
+
+def test_weight_table_writes_every_weight():
+    weights = torch.softmax(torch.randn(3, 3), -1)
+    colours = torch.rand(3, 3)
+    fig = plot_weight_table(colours, weights, weights @ colours, ["a", "b", "c"])
+    texts = [t.get_text() for t in fig.axes[1].texts]
+    assert texts == [f"{w:.2f}" for w in weights.flatten().tolist()]
+
+
+def test_head_outputs_show_values_outputs_and_weights():
+    values = torch.rand(GH * GW, 3)
+    weights = torch.softmax(torch.randn(GH * GW, GH * GW), -1)
+    outputs = {"head 0": weights @ values, "head 1": values.flip(0)}
+    fig = plot_head_outputs(values, outputs, weights, (GH, GW), weights_title="head 0 weights")
+    titles = [ax.get_title() for ax in fig.axes[:4]]
+    assert titles == ["the values: patch colours", "head 0", "head 1", "head 0 weights"]
+    np.testing.assert_allclose(
+        fig.axes[1].images[0].get_array(), (weights @ values).reshape(GH, GW, 3).numpy(), atol=1e-6
+    )
+    np.testing.assert_allclose(fig.axes[3].images[0].get_array(), weights.numpy())
+
+
+def saturation_example():
+    def stats(scale):
+        return {
+            "max weight": 0.5 * scale,
+            "entropy": 2.0 / scale,
+            "gradient": 0.1 * scale,
+            "weights": torch.tensor([0.5, 0.3, 0.2]) * scale,
+        }
+
+    return {w: {"without scale": stats(1.0), "with scale": stats(0.5)} for w in (1, 8, 64)}
+
+
+def test_softmax_saturation_marks_the_width_on_fixed_axes():
+    saturation = saturation_example()
+    fig = plot_softmax_saturation(saturation, Dh=8)
+    first, largest, entropy, gradient = fig.axes
+    assert first.get_title() == "one query, $D_h$ = 8"
+    np.testing.assert_allclose(first.lines[1].get_ydata(), [0.25, 0.15, 0.1])
+    assert entropy.get_ylim() == plot_softmax_saturation(saturation, Dh=64).axes[2].get_ylim()
+    assert entropy.lines[1].get_xdata()[0] == 8  # the marked width
+    with pytest.raises(ValueError, match="Dh=16 is not one of the head widths measured"):
+        plot_softmax_saturation(saturation, Dh=16)
+
+
 # --- the house style --------------------------------------------------------------------------
 
 # One call of every plot_* function in vitbook.plotting; a new function needs an entry here.
@@ -121,6 +221,30 @@ EXAMPLES = {
         torch.rand(3, 24, 40), torch.softmax(torch.randn(3, 5), -1), query=7
     ),
     "plot_axial_reach": lambda: plot_axial_reach((3, 5), query=7),
+    "plot_patch_vector": lambda: plot_patch_vector(torch.rand(3 * 16 * 16), 16),
+    "plot_shuffle_test": lambda: plot_shuffle_test(
+        torch.rand(3, 64, 64), torch.rand(3, 64, 64), torch.randn(10), torch.randn(10)
+    ),
+    "plot_similarity_tiles": lambda: plot_similarity_tiles(
+        {"1D": sincos_1d(49, 64), "2D": sincos_2d(7, 64), "random": torch.randn(49, 64)}, 7
+    ),
+    "plot_query_weights": lambda: plot_query_weights(
+        torch.softmax(torch.randn(49, 49), -1), 7, [24, 0, 30]
+    ),
+    "plot_weight_table": lambda: plot_weight_table(
+        torch.rand(6, 3),
+        torch.softmax(torch.randn(6, 6), -1),
+        torch.rand(6, 3),
+        ["red", "orange", "green", "lime", "blue", "navy"],
+    ),
+    "plot_head_outputs": lambda: plot_head_outputs(
+        torch.rand(64, 3),
+        {"output of head 0 (position)": torch.rand(64, 3), "output of head 1": torch.rand(64, 3)},
+        torch.softmax(torch.randn(64, 64), -1),
+        8,
+        weights_title="head 1: all 64 x 64 weights",
+    ),
+    "plot_softmax_saturation": lambda: plot_softmax_saturation(saturation_example(), Dh=8),
 }
 
 

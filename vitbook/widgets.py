@@ -156,6 +156,7 @@ def patch_explorer(
         ]
 
     def plot_patch_grid(patch_size: int) -> Figure:
+        """The image cut into patches, and the start of the sequence of patches"""
         return plotting.plot_patch_grid(image, patch_size, num_shown=num_shown)
 
     explorer = explore(
@@ -179,7 +180,8 @@ def sincos_explorer(
     """The 1D sine-cosine encoding: a position, a channel and the base on controls.
 
     Draws :func:`vitbook.plotting.plot_sincos`; the defaults give 16 x 6 x 2 = 192 frames: every
-    fourth position, so that a step of the slider moves the marked row by 4.
+    fourth position, so that a step of the slider moves the marked row by 4. A single channel or
+    base is fixed instead of becoming a control that cannot move.
 
     Raises:
         TypeError / ValueError: a position outside 0 .. num_positions - 1, a channel outside
@@ -200,15 +202,14 @@ def sincos_explorer(
             _checks.real("base", base, low=1, open_low=True, fix="the usual value is 10000")
 
     def plot_sincos(position: int, dimension: int, base: float) -> Figure:
+        """The sine-cosine table with one position and one channel marked"""
         return plotting.plot_sincos(
             position, dimension, base=base, num_positions=num_positions, dim=dim
         )
 
-    return explore(
+    return _controls(  # a single base (or channel) is fixed, not a control
         plot_sincos,
-        position=positions,
-        dimension=dimensions,
-        base=bases,
+        {"position": positions, "dimension": dimensions, "base": bases},
         labels={"dimension": "channel"},
     )
 

@@ -12,9 +12,20 @@ patch k sitting at grid row ``k // Gw`` and column ``k % Gw`` (see :mod:`vitbook
 See chapter: Images as sequences of patches.
 """
 
-from vitbook.plotting.attention import plot_attention_map, plot_axial_reach
-from vitbook.plotting.patches import plot_patch_grid
-from vitbook.plotting.positions import plot_position_similarity, plot_sincos
+from vitbook.plotting.attention import (
+    plot_attention_map,
+    plot_axial_reach,
+    plot_query_weights,
+)
+from vitbook.plotting.colour_attention import plot_head_outputs, plot_weight_table
+from vitbook.plotting.patches import plot_patch_grid, plot_patch_vector
+from vitbook.plotting.positions import (
+    plot_position_similarity,
+    plot_shuffle_test,
+    plot_similarity_tiles,
+    plot_sincos,
+)
+from vitbook.plotting.softmax import plot_softmax_saturation
 from vitbook.plotting.style import (
     COLUMN_WIDTH,
     CSS_PX_PER_INCH,
@@ -36,8 +47,15 @@ __all__ = [
     "new_figure",
     "plot_attention_map",
     "plot_axial_reach",
+    "plot_head_outputs",
     "plot_patch_grid",
+    "plot_patch_vector",
     "plot_position_similarity",
+    "plot_query_weights",
+    "plot_shuffle_test",
+    "plot_similarity_tiles",
     "plot_sincos",
+    "plot_softmax_saturation",
+    "plot_weight_table",
     "use_book_style",
 ]

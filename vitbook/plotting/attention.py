@@ -16,7 +16,7 @@ from vitbook.axial import axial_attention_mask
 from vitbook.plotting._draw import HIGHLIGHT, grid_index, image_array, patch_box, show_pixels
 from vitbook.plotting.style import book_figure, new_figure
 
-__all__ = ["plot_attention_map", "plot_axial_reach"]
+__all__ = ["plot_attention_map", "plot_axial_reach", "plot_query_weights"]
 
 
 @book_figure
@@ -79,7 +79,6 @@ def plot_attention_map(
     return fig
 
 
-
 @book_figure
 def plot_axial_reach(grid_size: int | tuple[int, int], query: int) -> Figure:
     """Which patches can influence one patch's output: full versus axial attention.
@@ -127,4 +126,55 @@ def plot_axial_reach(grid_size: int | tuple[int, int], query: int) -> Figure:
         ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, color=HIGHLIGHT))
         ax.text(col, row, "q", ha="center", va="center", color="white", fontweight="bold")
         ax.set_title(f"{name}\nreaches {int((reach > 0).sum())} of {gh * gw}", fontsize=10)
+    return fig
+
+
+@book_figure
+def plot_query_weights(
+    weights: torch.Tensor,
+    grid_size: int | tuple[int, int],
+    queries: list[int],
+    *,
+    label: str = "attention weight",
+) -> Figure:
+    """The attention weights of a few query patches, each drawn on the patch grid, one scale.
+
+    Args:
+        weights: (N, N) attention weights over the patches (row i: query i), N = Gh * Gw,
+            row-major, no class token.
+        grid_size: (Gh, Gw), or G.
+        queries: the query patches shown, one panel each (one to four), outlined.
+        label: what the colour bar measures.
+
+    All panels share one linear colour scale, from 0 to the largest weight shown, stated on the
+    colour bar.
+
+    Example:
+        >>> fig = plot_query_weights(torch.full((6, 6), 1 / 6), (2, 3), [0, 4])
+        >>> [ax.get_title() for ax in fig.axes[:2]]
+        ['query 0 (row 0, col 0)', 'query 4 (row 1, col 1)']
+
+    See chapter: Positional encodings.
+    """
+    gh, gw = _checks.pair("grid_size", grid_size)
+    weights = _checks.tensor("weights", weights, 2, "(N, N)").detach().float().cpu()
+    if tuple(weights.shape) != (gh * gw, gh * gw):
+        raise ValueError(
+            f"weights of shape {tuple(weights.shape)} do not match the {gh}x{gw} grid; pass "
+            f"the ({gh * gw}, {gh * gw}) weights between patches (no class token)."
+        )
+    if not 1 <= len(queries) <= 4:
+        raise ValueError(f"queries={queries} must list one to four patches, one per panel.")
+    queries = [grid_index("query", q, gh, gw) for q in queries]
+    top = float(weights[queries].max())
+    fig = new_figure(6.8, 2.9, layout="constrained")
+    axes = fig.subplots(1, len(queries), squeeze=False)[0]
+    for ax, q in zip(axes, queries, strict=True):
+        row, col = divmod(q, gw)
+        shown = ax.imshow(weights[q].reshape(gh, gw).numpy(), cmap="magma", vmin=0, vmax=top)
+        patch_box(ax, q, gw, edgecolor="#3ec1d3")
+        ax.set_title(f"query {q} (row {row}, col {col})")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(shown, ax=list(axes), shrink=0.85, label=f"{label} (0 .. {top:.2g})")
     return fig

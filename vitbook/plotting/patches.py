@@ -5,6 +5,7 @@ See chapter: Images as sequences of patches.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 
@@ -13,7 +14,7 @@ from vitbook.patches import patchify
 from vitbook.plotting._draw import image_array, patch_box, show_pixels
 from vitbook.plotting.style import book_figure, new_figure
 
-__all__ = ["plot_patch_grid"]
+__all__ = ["plot_patch_grid", "plot_patch_vector"]
 
 
 @book_figure
@@ -97,3 +98,56 @@ def plot_patch_grid(image: torch.Tensor, patch_size: int, *, num_shown: int = 10
         ax_k.set_title(str(k), fontsize=9)
     return fig
 
+
+@book_figure
+def plot_patch_vector(vector: torch.Tensor, patch_size: int, *, title: str = "patch") -> Figure:
+    """One flattened patch: its picture, and its C * P * P numbers in ``(c ph pw)`` order.
+
+    Left: the patch folded back into a P x P picture. Right: the vector that the patch embedding
+    multiplies by E, index on the x axis, one colour per channel (red, green, blue for RGB): the
+    P * P values of channel 0 row by row, then channel 1, and so on.
+
+    Args:
+        vector: (C * P * P,) float, a row of :func:`vitbook.patchify`'s output, values in [0, 1].
+        patch_size: P.
+        title: the title above the picture, e.g. ``"patch 62"``.
+
+    Raises:
+        ValueError: the vector's length is not a multiple of P * P.
+
+    Example:
+        >>> fig = plot_patch_vector(torch.rand(3 * 4 * 4), patch_size=4, title="patch 0")
+        >>> [line.get_label() for line in fig.axes[1].lines]
+        ['channel 0 (red)', 'channel 1 (green)', 'channel 2 (blue)']
+
+    See chapter: Images as sequences of patches.
+    """
+    vector = _checks.tensor("vector", vector, 1, "(C * P * P,)").detach().float().cpu()
+    p = _checks.positive_int("patch_size", patch_size)
+    if vector.numel() % (p * p):
+        raise ValueError(
+            f"vector has {vector.numel()} numbers, not a multiple of P * P = {p * p}; pass one "
+            "row of patchify(images, patch_size) with the same patch_size."
+        )
+    c = vector.numel() // (p * p)
+    names = ["red", "green", "blue"] if c == 3 else [None] * c
+    fig = new_figure(6.8, 2.5, layout="constrained")
+    tile_ax, vector_ax = fig.subplots(1, 2, width_ratios=[1, 4.5])
+    show_pixels(tile_ax, image_array("vector", vector.reshape(c, p, p)))
+    tile_ax.set_title(title)
+    tile_ax.set_axis_off()
+    for channel, name in enumerate(names):
+        span = np.arange(channel * p * p, (channel + 1) * p * p)
+        vector_ax.plot(
+            span,
+            vector[span].numpy(),
+            color=f"tab:{name}" if name else None,
+            linewidth=0.8,
+            label=f"channel {channel}" + (f" ({name})" if name else ""),
+        )
+    vector_ax.set_xlim(0, c * p * p)
+    vector_ax.set_ylim(0, 1)
+    vector_ax.set_xlabel("index in the patch vector, (c ph pw) order")
+    vector_ax.set_ylabel("pixel value")
+    vector_ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=c, frameon=False)
+    return fig

@@ -6,6 +6,7 @@ See chapter: Positional encodings.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -13,11 +14,16 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from vitbook import _checks
-from vitbook.plotting._draw import HIGHLIGHT, grid_index, patch_box
+from vitbook.plotting._draw import HIGHLIGHT, grid_index, image_array, patch_box, show_pixels
 from vitbook.plotting.style import book_figure, new_figure
 from vitbook.positional import sincos_1d
 
-__all__ = ["plot_position_similarity", "plot_sincos"]
+__all__ = [
+    "plot_position_similarity",
+    "plot_shuffle_test",
+    "plot_similarity_tiles",
+    "plot_sincos",
+]
 
 
 @book_figure
@@ -103,7 +109,6 @@ def plot_sincos(
     return fig
 
 
-
 @book_figure
 def plot_position_similarity(
     embedding: torch.Tensor,
@@ -168,3 +173,113 @@ def plot_position_similarity(
     )
     return fig
 
+
+@book_figure
+def plot_shuffle_test(
+    image: torch.Tensor,
+    shuffled: torch.Tensor,
+    logits: torch.Tensor,
+    logits_shuffled: torch.Tensor,
+) -> Figure:
+    """A photo, the same photo with its patches shuffled, and a model's logits for both.
+
+    Args:
+        image, shuffled: (C, H, W) floats in [0, 1], the two inputs.
+        logits, logits_shuffled: (num_classes,) the model's outputs for each, drawn as pairs of
+            bars; for a model without position information the pairs are equal.
+
+    Example:
+        >>> fig = plot_shuffle_test(
+        ...     torch.rand(3, 8, 8), torch.rand(3, 8, 8), torch.randn(4), torch.randn(4)
+        ... )
+        >>> [ax.get_title() for ax in fig.axes]
+        ['original', 'patches shuffled', 'logits of the two images']
+
+    See chapter: Positional encodings.
+    """
+    pictures = [image_array("image", image), image_array("shuffled", shuffled)]
+    logits = _checks.tensor("logits", logits, 1, "(num_classes,)").detach().float().cpu()
+    logits_shuffled = _checks.tensor("logits_shuffled", logits_shuffled, 1, "(num_classes,)")
+    if logits_shuffled.shape != logits.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and logits_shuffled "
+            f"{tuple(logits_shuffled.shape)} must have the same shape: one model, two images."
+        )
+    fig = new_figure(6.8, 2.6, layout="constrained")
+    axes = fig.subplots(1, 3, width_ratios=[1, 1, 1.7])
+    for ax, pixels, name in zip(axes[:2], pictures, ("original", "patches shuffled"), strict=True):
+        show_pixels(ax, pixels)
+        ax.set_title(name)
+        ax.set_axis_off()
+    classes = np.arange(logits.numel())
+    bars = axes[2]
+    bars.bar(classes - 0.2, logits.numpy(), width=0.4, label="original")
+    bars.bar(
+        classes + 0.2, logits_shuffled.detach().float().cpu().numpy(), width=0.4, label="shuffled"
+    )
+    bars.axhline(0, color="0.3", linewidth=0.8)
+    bars.set_xticks(classes)
+    bars.set_xlabel("class")
+    bars.set_ylabel("logit")
+    bars.set_title("logits of the two images")
+    bars.legend(loc="best")
+    return fig
+
+
+@book_figure
+def plot_similarity_tiles(
+    embeddings: Mapping[str, torch.Tensor], grid_size: int | tuple[int, int]
+) -> Figure:
+    """Cosine similarities of position embeddings as the ViT paper draws them (its Figure 7).
+
+    One panel per embedding, side by side. A panel is a Gh x Gw grid of tiles; tile (r, c) is
+    itself a Gh x Gw map of the cosine similarity between patch (r, c)'s embedding and every
+    patch's. Each panel has its own colour scale, from its lowest similarity to 1, stated by its
+    colour bar.
+
+    Args:
+        embeddings: a name for each (Gh * Gw, D) table of patch embeddings, row-major (no class
+            token); one to three of them fit the column.
+        grid_size: (Gh, Gw), or G.
+
+    Raises:
+        ValueError: an embedding without one row per patch, or more than three embeddings.
+
+    Example:
+        >>> from vitbook import sincos_2d
+        >>> fig = plot_similarity_tiles({"2D": sincos_2d((3, 4), 8)}, (3, 4))
+        >>> fig.axes[0].get_title(), fig.axes[0].images[0].get_array().shape
+        ('2D', (11, 19))
+
+    See chapter: Positional encodings.
+    """
+    gh, gw = _checks.pair("grid_size", grid_size)
+    if not 1 <= len(embeddings) <= 3:
+        raise ValueError(
+            f"got {len(embeddings)} embeddings; draw one to three per figure, so that the "
+            "tiles stay large enough to read."
+        )
+    fig = new_figure(6.8, 1.1 + 2.1 * gh / gw, layout="constrained")
+    panels = fig.subplots(1, len(embeddings), squeeze=False)[0]
+    for ax, (name, table) in zip(panels, embeddings.items(), strict=True):
+        table = _checks.tensor(name, table, 2, "(Gh * Gw, D)").detach().float().cpu()
+        if table.shape[0] != gh * gw:
+            raise ValueError(
+                f"embedding {name!r} has {table.shape[0]} rows but the {gh}x{gw} grid has "
+                f"{gh * gw} patches; drop the class token's row (embedding[1:])."
+            )
+        unit = torch.nn.functional.normalize(table, dim=1)
+        similarity = (unit @ unit.T).numpy()  # (Gh*Gw, Gh*Gw)
+        # tile k at block (k // Gw, k % Gw), one blank row / column between tiles
+        mosaic = np.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), np.nan)
+        for k in range(gh * gw):
+            top, left = (k // gw) * (gh + 1), (k % gw) * (gw + 1)
+            mosaic[top : top + gh, left : left + gw] = similarity[k].reshape(gh, gw)
+        low = float(similarity.min())
+        shown = ax.imshow(mosaic, cmap="viridis", vmin=low, vmax=1.0)
+        ax.set_title(name)
+        ax.set_axis_off()
+        bar = fig.colorbar(shown, ax=ax, orientation="horizontal", shrink=0.9, pad=0.03)
+        bar.set_ticks([round(low, 2), round((low + 1) / 2, 2), 1.0])
+        bar.set_label(f"cosine similarity, {low:.2f} .. 1")
+    return fig
