@@ -66,11 +66,18 @@ CONTROLS = """root => Array.from(root.querySelectorAll("[data-param]")).map(c =>
 LAYOUT = """() => {
   const article = document.querySelector("article.bd-article") || document.body;
   const images = Array.from(article.querySelectorAll("img")).map(img => {
-    const intended = Number(img.getAttribute("width")) || img.naturalWidth;
+    // The width the picture was drawn for: a retina PNG's width (MyST-NB writes it into the
+    // style, the interactive figures into the width attribute), else its pixel width.
+    const intended = parseFloat(img.style.width) || Number(img.getAttribute("width"))
+      || img.naturalWidth;
+    const box = img.getBoundingClientRect();
     const figure = img.closest("figure");
     return {
       src: (img.getAttribute("src") || "").slice(0, 60),
-      shown: img.getBoundingClientRect().width,
+      shown: box.width,
+      // shown height / width against the picture's own: 1 unless the page stretches it
+      aspect: img.naturalWidth && box.width
+        ? (box.height / box.width) / (img.naturalHeight / img.naturalWidth) : 1,
       intended: intended,
       alt: (img.getAttribute("alt") || "").trim(),
       captioned: !!(figure && figure.querySelector("figcaption")),
@@ -310,6 +317,7 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     page.set_viewport_size(PHONE)
     page.wait_for_timeout(100)  # let the theme's layout settle at the new width
     phone_width = page.evaluate(PAGE_WIDTH)
+    phone_layout = page.evaluate(LAYOUT)
     page.screenshot(path=SCREENSHOTS / f"{stem}--phone.png", full_page=True)
     page.close()
     report["explorers"] += count
@@ -320,6 +328,8 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
         "loaded_bytes": sum(f.stat().st_size for f in loaded if f.is_file()),
         "explorers": count,
         "layout": layout,
+        "layout_1280": layout,
+        "layout_390": phone_layout,
         "phone_width": phone_width,
         "math": math,
         "errors": errors,
@@ -388,6 +398,19 @@ def test_every_image_is_shown_at_its_intended_size(browser_report):
         f"images shown at less than {MIN_SHOWN_FRACTION} of the width they were drawn for (their "
         f"text is then under 10 px): {small}"
     )
+
+
+def test_every_image_keeps_its_aspect_ratio(browser_report):
+    for width in ("1280", "390"):
+        stretched = {
+            name: [
+                (i["src"], round(i["aspect"], 3))
+                for i in page[f"layout_{width}"]["images"]
+                if abs(i["aspect"] - 1) > 0.02
+            ]
+            for name, page in chapter_pages(browser_report["pages"]).items()
+        }
+        assert not any(stretched.values()), f"images stretched at {width} px: {stretched}"
 
 
 def test_no_equation_code_or_output_is_wider_than_its_box(browser_report):
