@@ -7,12 +7,23 @@ import torch
 from matplotlib.figure import Figure
 
 from vitbook import axial_attention_mask, plotting, sincos_1d, sincos_2d
+from vitbook.analysis import position_embedding_similarity
 from vitbook.plotting import (
+    plot_attention_cost,
+    plot_attention_distance,
     plot_attention_map,
+    plot_attention_masks,
+    plot_axial_crossover,
     plot_axial_reach,
+    plot_filter_components,
+    plot_layer_attention,
     plot_patch_grid,
     plot_position_similarity,
+    plot_rollout_maps,
+    plot_rollout_overlay,
+    plot_similarity_tiles,
     plot_sincos,
+    plot_top_classes,
 )
 
 GH, GW = 3, 5  # all sizes differ, so a swapped axis cannot pass unnoticed
@@ -110,6 +121,83 @@ def test_axial_reach_counts_full_row_and_two_hop_reach():
     ]
 
 
+def test_layer_attention_puts_every_layer_on_one_scale():
+    maps = torch.softmax(torch.randn(4, GH * GW), -1).reshape(4, GH, GW)
+    fig = plot_layer_attention(torch.rand(1, GH * 2, GW * 2), maps, 7, titles=list("abcd"))
+    image_ax, *map_axes, bar = fig.axes
+    assert image_ax.get_title() == "query patch 7"
+    assert [ax.get_title() for ax in map_axes] == list("abcd")
+    for ax, weights in zip(map_axes, maps, strict=True):
+        np.testing.assert_allclose(ax.images[0].get_array(), weights.numpy())
+        assert ax.images[0].get_clim() == (0, pytest.approx(float(maps.max())))
+    assert bar.get_ylabel() == f"weight (0 .. {float(maps.max()):.2f})"
+
+
+def test_rollout_maps_share_one_scale_per_row():
+    pooled = torch.rand(3, GH, GW)
+    fig = plot_rollout_maps(
+        torch.rand(3, 1, 6, 10), pooled, pooled / 2, 7, class_shares=[0.1, 0.2, 0.3]
+    )
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "pooled rollout\nclass token 0.20" in titles
+    pooled_axes = [ax for ax in fig.axes if ax.get_title().startswith("pooled")]
+    assert {ax.images[0].get_clim()[1] for ax in pooled_axes} == {float(pooled.max())}
+
+
+def test_filter_components_and_similarity_tiles_show_their_scales():
+    fig = plot_filter_components(torch.randn(5, 3, 4, 4), torch.full((5,), 0.2), columns=3)
+    assert [ax.get_title() for ax in fig.axes if ax.axison] == [f"{k}: 0.20" for k in range(1, 6)]
+    similarity = position_embedding_similarity(sincos_2d((GH, GW), 16), (GH, GW))
+    fig = plot_similarity_tiles({"fixed": similarity, "wide": similarity}, scales={"wide": (-1, 1)})
+    fixed, wide = fig.axes[:2]
+    tile_row, tile_col = divmod(7, GW)  # patch 7: its own tile, its own place
+    mosaic = fixed.images[0].get_array()
+    assert mosaic[tile_row * GH + tile_row, tile_col * GW + tile_col] == pytest.approx(1.0)
+    low = np.floor(float(similarity.min()) * 10) / 10
+    assert fixed.images[0].get_clim() == (pytest.approx(low), 1.0)
+    assert wide.images[0].get_clim() == (-1, 1)
+    labels = [ax.get_xlabel() for ax in fig.axes[2:]]
+    assert labels == [f"cosine similarity ({low:g} .. 1)", "cosine similarity (-1 .. 1)"]
+
+
+def test_attention_distance_plots_each_head_against_depth():
+    distances = torch.rand(4, 3) * 5
+    fig = plot_attention_distance(distances, even_spread=2.5, farthest=8.0)
+    ax = fig.axes[0]
+    np.testing.assert_allclose(ax.lines[1].get_ydata(), distances[:, 1].numpy())
+    assert ax.lines[-1].get_ydata()[0] == 2.5 and ax.get_ylim() == (0, 8)
+
+
+def test_cost_figures_show_the_measurements():
+    masks = {
+        "full": torch.ones(6, 6, dtype=torch.bool),
+        "rows": axial_attention_mask((2, 3), "rows"),
+    }
+    fig = plot_attention_masks(masks)
+    assert [ax.get_title() for ax in fig.axes] == ["full\n36 pairs", "rows\n18 pairs"]
+    costs = {"explicit": {"seconds": [1e-3, 4e-3], "bytes": [2e6, 8e6]}}
+    fig = plot_attention_cost([256, 512], costs, {"explicit": {"time": 2.0, "memory": 2.0}})
+    np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), [2, 8])
+    assert fig.axes[0].get_legend().get_texts()[0].get_text() == "explicit (slope 2.00)"
+    seconds = {"full": [1e-3, 1e-2], "axial": [2e-3, 5e-3]}
+    fig = plot_axial_crossover([4, 8], seconds, {"full": [10, 100], "axial": [8, 40]}, 8)
+    np.testing.assert_allclose(fig.axes[0].lines[2].get_ydata(), [2, 5])
+    np.testing.assert_allclose(fig.axes[0].lines[1].get_ydata(), [1, 10])  # scaled MACs
+
+
+def test_prediction_figures_show_the_classes_and_the_maps():
+    top = torch.tensor([[0.6, 0.3], [0.9, 0.05]])
+    fig = plot_top_classes(torch.rand(2, 3, 8, 8), ["a", "b"], top, [["x", "y"], ["z", "w"]])
+    bars = fig.axes[3]
+    assert [t.get_text() for t in bars.get_yticklabels()] == ["z", "w"]
+    assert [p.get_width() for p in bars.patches] == pytest.approx([0.9, 0.05])
+    overlay = torch.rand(2, 8, 8)
+    fig = plot_rollout_overlay(
+        torch.rand(2, 1, 8, 8), overlay, captions=["a", "b"], titles=["r", "s"]
+    )
+    np.testing.assert_allclose(fig.axes[3].images[1].get_array(), overlay[1].numpy())
+
+
 # --- the house style --------------------------------------------------------------------------
 
 # One call of every plot_* function in vitbook.plotting; a new function needs an entry here.
@@ -121,6 +209,69 @@ EXAMPLES = {
         torch.rand(3, 24, 40), torch.softmax(torch.randn(3, 5), -1), query=7
     ),
     "plot_axial_reach": lambda: plot_axial_reach((3, 5), query=7),
+    "plot_layer_attention": lambda: plot_layer_attention(
+        torch.rand(1, 8, 8), torch.softmax(torch.randn(4, 16), -1).reshape(4, 4, 4), 9
+    ),
+    "plot_rollout_maps": lambda: plot_rollout_maps(
+        torch.rand(4, 1, 8, 8),
+        torch.rand(4, 4, 4),
+        torch.rand(4, 4, 4),
+        9,
+        titles=[f"digit {k}" for k in range(4)],
+        class_shares=[0.15] * 4,
+    ),
+    "plot_filter_components": lambda: plot_filter_components(
+        torch.randn(28, 3, 16, 16), torch.linspace(0.1, 0.01, 28), title="components"
+    ),
+    "plot_similarity_tiles": lambda: plot_similarity_tiles(
+        {
+            "learned, at initialisation": torch.rand(4, 4, 4, 4),
+            "learned, after training": torch.rand(4, 4, 4, 4),
+            "2D sine-cosine (shipped model)": torch.rand(4, 4, 4, 4),
+        }
+    ),
+    "plot_attention_distance": lambda: plot_attention_distance(
+        torch.rand(12, 12) * 100, even_spread=50.0, farthest=300.0, title="12 heads"
+    ),
+    "plot_attention_masks": lambda: plot_attention_masks(
+        {
+            "full attention": torch.ones(16, 16, dtype=torch.bool),
+            "row layer": axial_attention_mask((4, 4), "rows"),
+            "column layer": axial_attention_mask((4, 4), "cols"),
+        }
+    ),
+    "plot_attention_cost": lambda: plot_attention_cost(
+        [256, 512, 1024, 2048, 4096],
+        {
+            name: {
+                "seconds": [1e-4 * 4**k for k in range(5)],
+                "bytes": [1e6 * 4**k for k in range(5)],
+            }
+            for name in ("explicit", "fused")
+        },
+        {name: {"time": 1.95, "memory": 2.01} for name in ("explicit", "fused")},
+    ),
+    "plot_axial_crossover": lambda: plot_axial_crossover(
+        [2, 4, 8, 16, 32, 48],
+        {"full": [1e-5 * 16**k for k in range(6)], "axial": [2e-5 * 8**k for k in range(6)]},
+        {
+            "full": [2 * 32 * g**4 for g in (2, 4, 8, 16, 32, 48)],
+            "axial": [4 * 32 * g**3 for g in (2, 4, 8, 16, 32, 48)],
+        },
+        crossover=8,
+    ),
+    "plot_top_classes": lambda: plot_top_classes(
+        torch.rand(3, 3, 32, 32),
+        ["grace_hopper", "china", "flower"],
+        torch.tensor([[0.5, 0.2, 0.1, 0.05, 0.01]] * 3),
+        [["military uniform", "bow tie", "suit", "mortarboard", "academic gown"]] * 3,
+    ),
+    "plot_rollout_overlay": lambda: plot_rollout_overlay(
+        torch.rand(3, 3, 32, 32),
+        torch.rand(3, 32, 32),
+        captions=["a", "b", "c"],
+        titles=["rollout; patches' share 0.60"] * 3,
+    ),
 }
 
 

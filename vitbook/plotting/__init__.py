@@ -12,9 +12,22 @@ patch k sitting at grid row ``k // Gw`` and column ``k % Gw`` (see :mod:`vitbook
 See chapter: Images as sequences of patches.
 """
 
+from vitbook.plotting.analysis import (
+    plot_attention_distance,
+    plot_filter_components,
+    plot_layer_attention,
+    plot_rollout_maps,
+    plot_similarity_tiles,
+)
 from vitbook.plotting.attention import plot_attention_map, plot_axial_reach
+from vitbook.plotting.cost import (
+    plot_attention_cost,
+    plot_attention_masks,
+    plot_axial_crossover,
+)
 from vitbook.plotting.patches import plot_patch_grid
 from vitbook.plotting.positions import plot_position_similarity, plot_sincos
+from vitbook.plotting.predictions import plot_rollout_overlay, plot_top_classes
 from vitbook.plotting.style import (
     COLUMN_WIDTH,
     CSS_PX_PER_INCH,
@@ -34,10 +47,20 @@ __all__ = [
     "STYLE",
     "book_figure",
     "new_figure",
+    "plot_attention_cost",
+    "plot_attention_distance",
     "plot_attention_map",
+    "plot_attention_masks",
+    "plot_axial_crossover",
     "plot_axial_reach",
+    "plot_filter_components",
+    "plot_layer_attention",
     "plot_patch_grid",
     "plot_position_similarity",
+    "plot_rollout_maps",
+    "plot_rollout_overlay",
+    "plot_similarity_tiles",
     "plot_sincos",
+    "plot_top_classes",
     "use_book_style",
 ]
