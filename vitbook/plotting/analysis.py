@@ -11,6 +11,7 @@ See chapter: Inside a trained ViT.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -219,7 +220,8 @@ def plot_similarity_tiles(
     """Position-embedding similarity in the layout of the ViT paper, one panel per table.
 
     Tile (r, c) of a panel is the (Gh, Gw) map of the cosine similarity between the embedding
-    of patch (r, c) and those of every patch; white lines separate the tiles.
+    of patch (r, c) and those of every patch; white lines separate the tiles. Long titles are
+    wrapped to the width of their panel.
 
     Args:
         similarities: panel title -> (Gh, Gw, Gh, Gw) similarity, as returned by
@@ -258,7 +260,8 @@ def plot_similarity_tiles(
         shown = ax.imshow(mosaic, cmap="viridis", vmin=vmin, vmax=vmax)
         ax.hlines(np.arange(1, gh) * gh - 0.5, -0.5, gw * gw - 0.5, color="white", lw=1.2)
         ax.vlines(np.arange(1, gw) * gw - 0.5, -0.5, gh * gh - 0.5, color="white", lw=1.2)
-        ax.set(xticks=[], yticks=[], title=name)
+        # about 13 characters of 10-point text per inch of panel
+        ax.set(xticks=[], yticks=[], title=textwrap.fill(name, int(width / count * 12)))
         bar = fig.colorbar(shown, ax=ax, orientation="horizontal", shrink=0.9, pad=0.03)
         bar.set_label(f"cosine similarity ({vmin:g} .. {vmax:g})")
     return fig
