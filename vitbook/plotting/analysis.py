@@ -81,6 +81,7 @@ def plot_layer_attention(
     columns = min(num_layers + 1, 5)
     rows = math.ceil((num_layers + 1) / columns)
     fig = new_figure(COLUMN_WIDTH, 1.9 * rows + 0.2, layout="constrained")
+    fig.get_layout_engine().set(w_pad=0.06, wspace=0.08)
     axes = fig.subplots(rows, columns, squeeze=False).flat
     show_image(axes[0], image)
     patch_box(axes[0], query, gw, size=image.shape[-1] // gw, edgecolor=OUTLINE)
@@ -89,7 +90,8 @@ def plot_layer_attention(
     for ax, weights, title in zip(axes[1:], maps, titles, strict=False):
         shown = ax.imshow(weights.numpy(), cmap="magma", vmin=0, vmax=top)
         patch_box(ax, query, gw, edgecolor=OUTLINE)
-        ax.set(xticks=[], yticks=[], title=title)
+        ax.set(xticks=[], yticks=[])
+        ax.set_title(title, fontsize=9)  # two short lines over a narrow panel
     for ax in axes[num_layers + 1 :]:
         ax.set_axis_off()
     bar = fig.colorbar(shown, ax=list(axes), shrink=0.9, aspect=15)
@@ -262,7 +264,8 @@ def plot_similarity_tiles(
         ax.vlines(np.arange(1, gw) * gw - 0.5, -0.5, gh * gh - 0.5, color="white", lw=1.2)
         # about 13 characters of 10-point text per inch of panel
         ax.set(xticks=[], yticks=[], title=textwrap.fill(name, int(width / count * 12)))
-        bar = fig.colorbar(shown, ax=ax, orientation="horizontal", shrink=0.9, pad=0.03)
+        bar = fig.colorbar(shown, ax=ax, orientation="horizontal", shrink=0.8, pad=0.03)
+        bar.set_ticks([vmin, (vmin + vmax) / 2, vmax])
         bar.set_label(f"cosine similarity ({vmin:g} .. {vmax:g})")
     return fig
 
