@@ -7,18 +7,28 @@ import torch
 from matplotlib.figure import Figure
 
 from vitbook import axial_attention_mask, plotting, sincos_1d, sincos_2d
+from vitbook.analysis import position_embedding_similarity
 from vitbook.plotting import (
+    plot_attention_cost,
+    plot_attention_distance,
     plot_attention_map,
+    plot_attention_masks,
+    plot_axial_crossover,
     plot_axial_reach,
+    plot_filter_components,
     plot_head_outputs,
+    plot_layer_attention,
     plot_patch_grid,
     plot_patch_vector,
     plot_position_similarity,
     plot_query_weights,
+    plot_rollout_maps,
+    plot_rollout_overlay,
     plot_shuffle_test,
     plot_similarity_tiles,
     plot_sincos,
     plot_softmax_saturation,
+    plot_top_classes,
     plot_weight_table,
 )
 
@@ -142,19 +152,6 @@ def test_shuffle_test_draws_both_images_and_both_logits():
         plot_shuffle_test(torch.rand(3, 8, 8), torch.rand(3, 8, 8), logits, torch.randn(4))
 
 
-def test_similarity_tiles_put_patch_k_against_all_patches_in_tile_k():
-    table = sincos_2d((GH, GW), 16)
-    fig = plot_similarity_tiles({"2D": table, "random": torch.randn(GH * GW, 16)}, (GH, GW))
-    mosaic = fig.axes[0].images[0].get_array()
-    unit = table / table.norm(dim=1, keepdim=True)
-    k = 7  # row 1, column 2: the tile at block (1, 2)
-    tile = mosaic[1 * (GH + 1) : 1 * (GH + 1) + GH, 2 * (GW + 1) : 2 * (GW + 1) + GW]
-    np.testing.assert_allclose(tile, (unit @ unit[k]).reshape(GH, GW).numpy(), atol=1e-6)
-    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["2D", "random"]
-    with pytest.raises(ValueError, match="has 16 rows but the 3x5 grid has 15 patches"):
-        plot_similarity_tiles({"1D": torch.randn(16, 8)}, (GH, GW))
-
-
 def test_query_weights_share_one_scale():
     weights = torch.softmax(torch.randn(GH * GW, GH * GW), -1)
     fig = plot_query_weights(weights, (GH, GW), [0, 7])
@@ -208,6 +205,81 @@ def test_softmax_saturation_marks_the_width_on_fixed_axes():
     assert entropy.lines[1].get_xdata()[0] == 8  # the marked width
     with pytest.raises(ValueError, match="Dh=16 is not one of the head widths measured"):
         plot_softmax_saturation(saturation, Dh=16)
+def test_layer_attention_puts_every_layer_on_one_scale():
+    maps = torch.softmax(torch.randn(4, GH * GW), -1).reshape(4, GH, GW)
+    fig = plot_layer_attention(torch.rand(1, GH * 2, GW * 2), maps, 7, titles=list("abcd"))
+    image_ax, *map_axes, bar = fig.axes
+    assert image_ax.get_title() == "query patch 7"
+    assert [ax.get_title() for ax in map_axes] == list("abcd")
+    for ax, weights in zip(map_axes, maps, strict=True):
+        np.testing.assert_allclose(ax.images[0].get_array(), weights.numpy())
+        assert ax.images[0].get_clim() == (0, pytest.approx(float(maps.max())))
+    assert bar.get_ylabel() == f"weight (0 .. {float(maps.max()):.2f})"
+
+
+def test_rollout_maps_share_one_scale_per_row():
+    pooled = torch.rand(3, GH, GW)
+    fig = plot_rollout_maps(
+        torch.rand(3, 1, 6, 10), pooled, pooled / 2, 7, class_shares=[0.1, 0.2, 0.3]
+    )
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "pooled rollout\nclass token 0.20" in titles
+    pooled_axes = [ax for ax in fig.axes if ax.get_title().startswith("pooled")]
+    assert {ax.images[0].get_clim()[1] for ax in pooled_axes} == {float(pooled.max())}
+
+
+def test_filter_components_and_similarity_tiles_show_their_scales():
+    fig = plot_filter_components(torch.randn(5, 3, 4, 4), torch.full((5,), 0.2), columns=3)
+    assert [ax.get_title() for ax in fig.axes if ax.axison] == [f"{k}: 0.20" for k in range(1, 6)]
+    similarity = position_embedding_similarity(sincos_2d((GH, GW), 16), (GH, GW))
+    fig = plot_similarity_tiles({"fixed": similarity, "wide": similarity}, scales={"wide": (-1, 1)})
+    fixed, wide = fig.axes[:2]
+    tile_row, tile_col = divmod(7, GW)  # patch 7: its own tile, its own place
+    mosaic = fixed.images[0].get_array()
+    assert mosaic[tile_row * GH + tile_row, tile_col * GW + tile_col] == pytest.approx(1.0)
+    low = np.floor(float(similarity.min()) * 10) / 10
+    assert fixed.images[0].get_clim() == (pytest.approx(low), 1.0)
+    assert wide.images[0].get_clim() == (-1, 1)
+    labels = [ax.get_xlabel() for ax in fig.axes[2:]]
+    assert labels == [f"cosine similarity ({low:g} .. 1)", "cosine similarity (-1 .. 1)"]
+
+
+def test_attention_distance_plots_each_head_against_depth():
+    distances = torch.rand(4, 3) * 5
+    fig = plot_attention_distance(distances, even_spread=2.5, farthest=8.0)
+    ax = fig.axes[0]
+    np.testing.assert_allclose(ax.lines[1].get_ydata(), distances[:, 1].numpy())
+    assert ax.lines[-1].get_ydata()[0] == 2.5 and ax.get_ylim() == (0, 8)
+
+
+def test_cost_figures_show_the_measurements():
+    masks = {
+        "full": torch.ones(6, 6, dtype=torch.bool),
+        "rows": axial_attention_mask((2, 3), "rows"),
+    }
+    fig = plot_attention_masks(masks)
+    assert [ax.get_title() for ax in fig.axes] == ["full\n36 pairs", "rows\n18 pairs"]
+    costs = {"explicit": {"seconds": [1e-3, 4e-3], "bytes": [2e6, 8e6]}}
+    fig = plot_attention_cost([256, 512], costs, {"explicit": {"time": 2.0, "memory": 2.0}})
+    np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), [2, 8])
+    assert fig.axes[0].get_legend().get_texts()[0].get_text() == "explicit (slope 2.00)"
+    seconds = {"full": [1e-3, 1e-2], "axial": [2e-3, 5e-3]}
+    fig = plot_axial_crossover([4, 8], seconds, {"full": [10, 100], "axial": [8, 40]}, 8)
+    np.testing.assert_allclose(fig.axes[0].lines[2].get_ydata(), [2, 5])
+    np.testing.assert_allclose(fig.axes[0].lines[1].get_ydata(), [1, 10])  # scaled MACs
+
+
+def test_prediction_figures_show_the_classes_and_the_maps():
+    top = torch.tensor([[0.6, 0.3], [0.9, 0.05]])
+    fig = plot_top_classes(torch.rand(2, 3, 8, 8), ["a", "b"], top, [["x", "y"], ["z", "w"]])
+    bars = fig.axes[3]
+    assert [t.get_text() for t in bars.get_yticklabels()] == ["z", "w"]
+    assert [p.get_width() for p in bars.patches] == pytest.approx([0.9, 0.05])
+    overlay = torch.rand(2, 8, 8)
+    fig = plot_rollout_overlay(
+        torch.rand(2, 1, 8, 8), overlay, captions=["a", "b"], titles=["r", "s"]
+    )
+    np.testing.assert_allclose(fig.axes[3].images[1].get_array(), overlay[1].numpy())
 
 
 # --- the house style --------------------------------------------------------------------------
@@ -224,9 +296,6 @@ EXAMPLES = {
     "plot_patch_vector": lambda: plot_patch_vector(torch.rand(3 * 16 * 16), 16),
     "plot_shuffle_test": lambda: plot_shuffle_test(
         torch.rand(3, 64, 64), torch.rand(3, 64, 64), torch.randn(10), torch.randn(10)
-    ),
-    "plot_similarity_tiles": lambda: plot_similarity_tiles(
-        {"1D": sincos_1d(49, 64), "2D": sincos_2d(7, 64), "random": torch.randn(49, 64)}, 7
     ),
     "plot_query_weights": lambda: plot_query_weights(
         torch.softmax(torch.randn(49, 49), -1), 7, [24, 0, 30]
@@ -245,6 +314,69 @@ EXAMPLES = {
         weights_title="head 1: all 64 x 64 weights",
     ),
     "plot_softmax_saturation": lambda: plot_softmax_saturation(saturation_example(), Dh=8),
+    "plot_layer_attention": lambda: plot_layer_attention(
+        torch.rand(1, 8, 8), torch.softmax(torch.randn(4, 16), -1).reshape(4, 4, 4), 9
+    ),
+    "plot_rollout_maps": lambda: plot_rollout_maps(
+        torch.rand(4, 1, 8, 8),
+        torch.rand(4, 4, 4),
+        torch.rand(4, 4, 4),
+        9,
+        titles=[f"digit {k}" for k in range(4)],
+        class_shares=[0.15] * 4,
+    ),
+    "plot_filter_components": lambda: plot_filter_components(
+        torch.randn(28, 3, 16, 16), torch.linspace(0.1, 0.01, 28), title="components"
+    ),
+    "plot_similarity_tiles": lambda: plot_similarity_tiles(
+        {
+            "learned, at initialisation": torch.rand(4, 4, 4, 4),
+            "learned, after training": torch.rand(4, 4, 4, 4),
+            "2D sine-cosine (shipped model)": torch.rand(4, 4, 4, 4),
+        }
+    ),
+    "plot_attention_distance": lambda: plot_attention_distance(
+        torch.rand(12, 12) * 100, even_spread=50.0, farthest=300.0, title="12 heads"
+    ),
+    "plot_attention_masks": lambda: plot_attention_masks(
+        {
+            "full attention": torch.ones(16, 16, dtype=torch.bool),
+            "row layer": axial_attention_mask((4, 4), "rows"),
+            "column layer": axial_attention_mask((4, 4), "cols"),
+        }
+    ),
+    "plot_attention_cost": lambda: plot_attention_cost(
+        [256, 512, 1024, 2048, 4096],
+        {
+            name: {
+                "seconds": [1e-4 * 4**k for k in range(5)],
+                "bytes": [1e6 * 4**k for k in range(5)],
+            }
+            for name in ("explicit", "fused")
+        },
+        {name: {"time": 1.95, "memory": 2.01} for name in ("explicit", "fused")},
+    ),
+    "plot_axial_crossover": lambda: plot_axial_crossover(
+        [2, 4, 8, 16, 32, 48],
+        {"full": [1e-5 * 16**k for k in range(6)], "axial": [2e-5 * 8**k for k in range(6)]},
+        {
+            "full": [2 * 32 * g**4 for g in (2, 4, 8, 16, 32, 48)],
+            "axial": [4 * 32 * g**3 for g in (2, 4, 8, 16, 32, 48)],
+        },
+        crossover=8,
+    ),
+    "plot_top_classes": lambda: plot_top_classes(
+        torch.rand(3, 3, 32, 32),
+        ["grace_hopper", "china", "flower"],
+        torch.tensor([[0.5, 0.2, 0.1, 0.05, 0.01]] * 3),
+        [["military uniform", "bow tie", "suit", "mortarboard", "academic gown"]] * 3,
+    ),
+    "plot_rollout_overlay": lambda: plot_rollout_overlay(
+        torch.rand(3, 3, 32, 32),
+        torch.rand(3, 32, 32),
+        captions=["a", "b", "c"],
+        titles=["rollout; patches' share 0.60"] * 3,
+    ),
 }
 
 
@@ -288,3 +420,14 @@ def test_house_style_holds_without_use_book_style():
 def test_new_figure_refuses_a_figure_wider_than_the_column():
     with pytest.raises(ValueError, match=r"does not fit the column; use a width of at most"):
         plotting.new_figure(plotting.COLUMN_WIDTH + 1, 3)
+
+
+def test_similarity_tiles_put_patch_k_against_all_patches_in_tile_k():
+    table = sincos_2d((GH, GW), 16)
+    similarity = position_embedding_similarity(table, (GH, GW))  # (Gh, Gw, Gh, Gw)
+    fig = plot_similarity_tiles({"2D": similarity})
+    mosaic = fig.axes[0].images[0].get_array()
+    unit = table / table.norm(dim=1, keepdim=True)
+    k = 7  # row 1, column 2: the tile at block (1, 2)
+    tile = mosaic[1 * GH : 2 * GH, 2 * GW : 3 * GW]
+    np.testing.assert_allclose(tile, (unit @ unit[k]).reshape(GH, GW).numpy(), atol=1e-6)

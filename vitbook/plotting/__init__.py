@@ -12,19 +12,31 @@ patch k sitting at grid row ``k // Gw`` and column ``k % Gw`` (see :mod:`vitbook
 See chapter: Images as sequences of patches.
 """
 
+from vitbook.plotting.analysis import (
+    plot_attention_distance,
+    plot_filter_components,
+    plot_layer_attention,
+    plot_rollout_maps,
+    plot_similarity_tiles,
+)
 from vitbook.plotting.attention import (
     plot_attention_map,
     plot_axial_reach,
     plot_query_weights,
 )
 from vitbook.plotting.colour_attention import plot_head_outputs, plot_weight_table
+from vitbook.plotting.cost import (
+    plot_attention_cost,
+    plot_attention_masks,
+    plot_axial_crossover,
+)
 from vitbook.plotting.patches import plot_patch_grid, plot_patch_vector
 from vitbook.plotting.positions import (
     plot_position_similarity,
     plot_shuffle_test,
-    plot_similarity_tiles,
     plot_sincos,
 )
+from vitbook.plotting.predictions import plot_rollout_overlay, plot_top_classes
 from vitbook.plotting.softmax import plot_softmax_saturation
 from vitbook.plotting.style import (
     COLUMN_WIDTH,
@@ -45,17 +57,26 @@ __all__ = [
     "STYLE",
     "book_figure",
     "new_figure",
+    "plot_attention_cost",
+    "plot_attention_distance",
     "plot_attention_map",
+    "plot_attention_masks",
+    "plot_axial_crossover",
     "plot_axial_reach",
+    "plot_filter_components",
     "plot_head_outputs",
+    "plot_layer_attention",
     "plot_patch_grid",
     "plot_patch_vector",
     "plot_position_similarity",
     "plot_query_weights",
+    "plot_rollout_maps",
+    "plot_rollout_overlay",
     "plot_shuffle_test",
     "plot_similarity_tiles",
     "plot_sincos",
     "plot_softmax_saturation",
+    "plot_top_classes",
     "plot_weight_table",
     "use_book_style",
 ]

@@ -6,7 +6,6 @@ See chapter: Positional encodings.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -21,7 +20,6 @@ from vitbook.positional import sincos_1d
 __all__ = [
     "plot_position_similarity",
     "plot_shuffle_test",
-    "plot_similarity_tiles",
     "plot_sincos",
 ]
 
@@ -223,63 +221,4 @@ def plot_shuffle_test(
     bars.set_ylabel("logit")
     bars.set_title("logits of the two images")
     bars.legend(loc="best")
-    return fig
-
-
-@book_figure
-def plot_similarity_tiles(
-    embeddings: Mapping[str, torch.Tensor], grid_size: int | tuple[int, int]
-) -> Figure:
-    """Cosine similarities of position embeddings as the ViT paper draws them (its Figure 7).
-
-    One panel per embedding, side by side. A panel is a Gh x Gw grid of tiles; tile (r, c) is
-    itself a Gh x Gw map of the cosine similarity between patch (r, c)'s embedding and every
-    patch's. Each panel has its own colour scale, from its lowest similarity to 1, stated by its
-    colour bar.
-
-    Args:
-        embeddings: a name for each (Gh * Gw, D) table of patch embeddings, row-major (no class
-            token); one to three of them fit the column.
-        grid_size: (Gh, Gw), or G.
-
-    Raises:
-        ValueError: an embedding without one row per patch, or more than three embeddings.
-
-    Example:
-        >>> from vitbook import sincos_2d
-        >>> fig = plot_similarity_tiles({"2D": sincos_2d((3, 4), 8)}, (3, 4))
-        >>> fig.axes[0].get_title(), fig.axes[0].images[0].get_array().shape
-        ('2D', (11, 19))
-
-    See chapter: Positional encodings.
-    """
-    gh, gw = _checks.pair("grid_size", grid_size)
-    if not 1 <= len(embeddings) <= 3:
-        raise ValueError(
-            f"got {len(embeddings)} embeddings; draw one to three per figure, so that the "
-            "tiles stay large enough to read."
-        )
-    fig = new_figure(6.8, 1.1 + 2.1 * gh / gw, layout="constrained")
-    panels = fig.subplots(1, len(embeddings), squeeze=False)[0]
-    for ax, (name, table) in zip(panels, embeddings.items(), strict=True):
-        table = _checks.tensor(name, table, 2, "(Gh * Gw, D)").detach().float().cpu()
-        if table.shape[0] != gh * gw:
-            raise ValueError(
-                f"embedding {name!r} has {table.shape[0]} rows but the {gh}x{gw} grid has "
-                f"{gh * gw} patches; drop the class token's row (embedding[1:])."
-            )
-        unit = torch.nn.functional.normalize(table, dim=1)
-        similarity = (unit @ unit.T).numpy()  # (Gh*Gw, Gh*Gw)
-        # tile k at block (k // Gw, k % Gw), one blank row / column between tiles
-        mosaic = np.full((gh * (gh + 1) - 1, gw * (gw + 1) - 1), np.nan)
-        for k in range(gh * gw):
-            top, left = (k // gw) * (gh + 1), (k % gw) * (gw + 1)
-            mosaic[top : top + gh, left : left + gw] = similarity[k].reshape(gh, gw)
-        low = float(similarity.min())
-        shown = ax.imshow(mosaic, cmap="viridis", vmin=low, vmax=1.0)
-        ax.set_title(name)
-        ax.set_axis_off()
-        bar = fig.colorbar(shown, ax=ax, orientation="horizontal", shrink=0.9, pad=0.03)
-        bar.set_ticks([round(low, 2), round((low + 1) / 2, 2), 1.0])
-        bar.set_label(f"cosine similarity, {low:.2f} .. 1")
     return fig
