@@ -13,6 +13,13 @@ See chapter: Images as sequences of patches.
 """
 
 from vitbook.plotting.attention import plot_attention_map, plot_axial_reach
+from vitbook.plotting.blocks import (
+    plot_activations,
+    plot_gradient_through_depth,
+    plot_norm_order,
+    plot_norm_placement,
+)
+from vitbook.plotting.model import plot_cost_by_part, plot_pipeline, plot_resampled_positions
 from vitbook.plotting.patches import plot_patch_grid
 from vitbook.plotting.positions import plot_position_similarity, plot_sincos
 from vitbook.plotting.style import (
@@ -25,6 +32,13 @@ from vitbook.plotting.style import (
     new_figure,
     use_book_style,
 )
+from vitbook.plotting.training import (
+    plot_confusion,
+    plot_digits_by_class,
+    plot_history,
+    plot_lr_schedule,
+    plot_predictions,
+)
 
 __all__ = [
     "COLUMN_WIDTH",
@@ -34,10 +48,22 @@ __all__ = [
     "STYLE",
     "book_figure",
     "new_figure",
+    "plot_activations",
     "plot_attention_map",
     "plot_axial_reach",
+    "plot_confusion",
+    "plot_cost_by_part",
+    "plot_digits_by_class",
+    "plot_gradient_through_depth",
+    "plot_history",
+    "plot_lr_schedule",
+    "plot_norm_order",
+    "plot_norm_placement",
     "plot_patch_grid",
+    "plot_pipeline",
     "plot_position_similarity",
+    "plot_predictions",
+    "plot_resampled_positions",
     "plot_sincos",
     "use_book_style",
 ]
