@@ -240,7 +240,7 @@ def plot_resampled_positions(
         right=0.98,
         top=1 - 0.3 / (2.1 * n + 0.8),
         bottom=0.5 / (2.1 * n + 0.8),
-        wspace=0.1,
+        wspace=0.16,
         hspace=0.12,
     )
     axes = [[fig.add_subplot(grid_spec[r, c]) for c in range(3)] for r in range(n)]
@@ -259,6 +259,8 @@ def plot_resampled_positions(
                 bar = fig.colorbar(
                     shown, cax=fig.add_subplot(grid_spec[n, c]), orientation="horizontal"
                 )
+                bar.set_ticks([vmin, (vmin + vmax) / 2, vmax])  # ends apart from the next bar's
+                bar.ax.xaxis.set_major_formatter("{x:.2g}")
                 bar.set_label(f"{what}, {vmin:.2g} .. {vmax:.2g}")
         row, col = queries[r]
         row_axes[2].plot(col, row, "+", color=HIGHLIGHT, ms=12, mew=2)

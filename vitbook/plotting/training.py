@@ -274,7 +274,7 @@ def plot_confusion(
         title=f"confusion matrix, {int(counts.sum())} images",
     )
     rows = max(1, -(-len(wrong) // columns))
-    side = min(0.78 / (rows * 1.45), 0.3 / columns * 3)
+    side = min(0.72 / (rows * 1.45), 0.3 / columns * 3)  # figure heights, below the title
     panel = fig.add_axes((0.62, 0.12, 0.37, 0.78))
     panel.axis("off")
     panel.set_title(f"{len(wrong)} misclassified: true -> predicted")
@@ -283,7 +283,7 @@ def plot_confusion(
         inset = fig.add_axes(
             (
                 0.64 + col * 0.37 / columns,
-                0.9 - side * 1.2 - row * side * 1.45,
+                0.83 - side - row * side * 1.45,
                 side * 3.7 / 6.8 * 0.95,
                 side,
             )
