@@ -6,7 +6,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from vitbook import axial_attention_mask, plotting, sincos_1d, sincos_2d
+from vitbook import ViTConfig, axial_attention_mask, plotting, sincos_1d, sincos_2d
 from vitbook.analysis import position_embedding_similarity
 from vitbook.plotting import (
     plot_attention_cost,
@@ -31,6 +31,7 @@ from vitbook.plotting import (
     plot_top_classes,
     plot_weight_table,
 )
+from vitbook.train import History
 
 GH, GW = 3, 5  # all sizes differ, so a swapped axis cannot pass unnoticed
 
@@ -376,6 +377,51 @@ EXAMPLES = {
         torch.rand(3, 32, 32),
         captions=["a", "b", "c"],
         titles=["rollout; patches' share 0.60"] * 3,
+    ),
+    # The encoder block, the full model, training.
+    "plot_norm_placement": lambda: plotting.plot_norm_placement(),
+    "plot_activations": lambda: plotting.plot_activations(),
+    "plot_gradient_through_depth": lambda: plotting.plot_gradient_through_depth(
+        [2.6, 1.5, 1.0], [0.0, 1e-9, 1.0], title="3 branches"
+    ),
+    "plot_norm_order": lambda: plotting.plot_norm_order(
+        {
+            L: {
+                "pre-norm": {"std": [1 + k / 8 for k in range(L)], "grad": [0.2] * L},
+                "post-norm": {"std": [1.0] * L, "grad": [0.1 + k / 100 for k in range(L)]},
+            }
+            for L in (2, 4, 8)
+        },
+        depth=4,
+    ),
+    "plot_pipeline": lambda: plotting.plot_pipeline(
+        ViTConfig.from_name("ViT-B/16"), torch.rand(3, 224, 224)
+    ),
+    "plot_cost_by_part": lambda: plotting.plot_cost_by_part(
+        {(s, p): {"patch embedding": s, "MLP": s * s // p} for s in (64, 96) for p in (8, 16)},
+        96,
+        8,
+    ),
+    "plot_resampled_positions": lambda: plotting.plot_resampled_positions(
+        [torch.randn(1, 17, 32), torch.randn(1, 37, 32)], [(1, 2), (2, 3)], channels=(3, 20)
+    ),
+    "plot_digits_by_class": lambda: plotting.plot_digits_by_class(
+        torch.rand(30, 1, 8, 8), torch.arange(30) % 10, title="digits"
+    ),
+    "plot_lr_schedule": lambda: plotting.plot_lr_schedule(
+        [min(1, (s + 1) / 10) for s in range(100)], steps_per_epoch=10, warmup_epochs=1
+    ),
+    "plot_history": lambda: plotting.plot_history(
+        History([2.0, 1.0, 0.5], [0.2, 0.6, 0.9], [0.3, 0.7, 0.8], [0.1] * 3), title="curves"
+    ),
+    "plot_predictions": lambda: plotting.plot_predictions(
+        torch.rand(16, 1, 8, 8), torch.arange(16) % 10, torch.softmax(torch.randn(16, 10), 1)
+    ),
+    "plot_confusion": lambda: plotting.plot_confusion(
+        torch.eye(10, dtype=torch.long) * 40 + 1,
+        torch.rand(20, 1, 8, 8),
+        torch.arange(20) % 10,
+        (torch.arange(20) + torch.arange(20) // 10) % 10,
     ),
 }
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from matplotlib.figure import Figure
 from torch import nn
 
 from vitbook import _checks
+from vitbook.plotting.training import plot_history  # re-exported: it draws a History
 
 __all__ = ["History", "evaluate", "fit", "plot_history", "predict", "random_shift"]
 
@@ -364,35 +364,3 @@ def evaluate(
     _checks.labels("data labels", labels, probabilities.shape[1])
     predicted = probabilities.argmax(dim=1)
     return (predicted == labels).float().mean().item()
-
-
-def plot_history(history: History, *, title: str = "learning curves") -> Figure:
-    """Training loss (left) and accuracies (right) against the epoch.
-
-    Example:
-        >>> history = History(train_loss=[2.0, 1.0], train_accuracy=[0.3, 0.7],
-        ...                   eval_accuracy=[0.4, 0.8], seconds=[0.1, 0.1])
-        >>> fig = plot_history(history)
-        >>> [ax.get_ylabel() for ax in fig.axes]
-        ['cross-entropy', 'accuracy']
-
-    See chapter: Training and classification.
-    """
-    if not isinstance(history, History) or history.epochs == 0:
-        raise ValueError("history must be a History with at least one epoch, as fit returns.")
-    epochs = range(1, history.epochs + 1)
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=(9, 3.2), layout="constrained")
-    plt.close(fig)  # returned, not shown twice: the caller displays it
-    loss_ax, acc_ax = fig.subplots(1, 2)
-    loss_ax.plot(epochs, history.train_loss, color="C0")
-    loss_ax.set(xlabel="epoch", ylabel="cross-entropy", title="training loss", yscale="log")
-    acc_ax.plot(epochs, history.train_accuracy, color="C0", label="training (augmented)")
-    if history.eval_accuracy:
-        acc_ax.plot(epochs, history.eval_accuracy, color="C1", label="test")
-    acc_ax.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1.01))
-    acc_ax.grid(alpha=0.3)
-    acc_ax.legend(loc="lower right")
-    fig.suptitle(title)
-    return fig

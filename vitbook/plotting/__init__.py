@@ -24,19 +24,39 @@ from vitbook.plotting.attention import (
     plot_axial_reach,
     plot_query_weights,
 )
-from vitbook.plotting.colour_attention import plot_head_outputs, plot_weight_table
+from vitbook.plotting.blocks import (
+    plot_activations,
+    plot_gradient_through_depth,
+    plot_norm_order,
+    plot_norm_placement,
+)
+from vitbook.plotting.colour_attention import (
+    plot_head_outputs,
+    plot_weight_table,
+)
 from vitbook.plotting.cost import (
     plot_attention_cost,
     plot_attention_masks,
     plot_axial_crossover,
 )
-from vitbook.plotting.patches import plot_patch_grid, plot_patch_vector
+from vitbook.plotting.model import (
+    plot_cost_by_part,
+    plot_pipeline,
+    plot_resampled_positions,
+)
+from vitbook.plotting.patches import (
+    plot_patch_grid,
+    plot_patch_vector,
+)
 from vitbook.plotting.positions import (
     plot_position_similarity,
     plot_shuffle_test,
     plot_sincos,
 )
-from vitbook.plotting.predictions import plot_rollout_overlay, plot_top_classes
+from vitbook.plotting.predictions import (
+    plot_rollout_overlay,
+    plot_top_classes,
+)
 from vitbook.plotting.softmax import plot_softmax_saturation
 from vitbook.plotting.style import (
     COLUMN_WIDTH,
@@ -48,6 +68,13 @@ from vitbook.plotting.style import (
     new_figure,
     use_book_style,
 )
+from vitbook.plotting.training import (
+    plot_confusion,
+    plot_digits_by_class,
+    plot_history,
+    plot_lr_schedule,
+    plot_predictions,
+)
 
 __all__ = [
     "COLUMN_WIDTH",
@@ -57,19 +84,31 @@ __all__ = [
     "STYLE",
     "book_figure",
     "new_figure",
+    "plot_activations",
     "plot_attention_cost",
     "plot_attention_distance",
     "plot_attention_map",
     "plot_attention_masks",
     "plot_axial_crossover",
     "plot_axial_reach",
+    "plot_confusion",
+    "plot_cost_by_part",
+    "plot_digits_by_class",
     "plot_filter_components",
+    "plot_gradient_through_depth",
     "plot_head_outputs",
+    "plot_history",
     "plot_layer_attention",
+    "plot_lr_schedule",
+    "plot_norm_order",
+    "plot_norm_placement",
     "plot_patch_grid",
     "plot_patch_vector",
+    "plot_pipeline",
     "plot_position_similarity",
+    "plot_predictions",
     "plot_query_weights",
+    "plot_resampled_positions",
     "plot_rollout_maps",
     "plot_rollout_overlay",
     "plot_shuffle_test",
