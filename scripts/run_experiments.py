@@ -34,6 +34,7 @@ from vitbook.experiments import (
     EXPERIMENTS,
     RECIPE,
     RESULTS_PATH,
+    _cpu_model_name,
     load_results,
     reproduce,
     run_one,
@@ -41,16 +42,6 @@ from vitbook.experiments import (
 
 # What --check accepts as the same number: exact on the machine that wrote the file.
 CHECK_TOLERANCE = {"test_accuracy": 0.0, "train_loss": 0.0}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _git_commit() -> str:
@@ -85,7 +76,7 @@ def _provenance(names: list[str], seeds: list[int], seconds: float, load: list[f
         "torch": torch.__version__,
         "numpy": numpy.__version__,
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": _cpu_model_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": 1,
         "deterministic_algorithms": True,

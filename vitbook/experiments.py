@@ -23,6 +23,7 @@ See chapter: Training and classification.
 from __future__ import annotations
 
 import json
+import platform
 import statistics
 import time
 from pathlib import Path
@@ -188,6 +189,17 @@ def run_one(setting: dict[str, object], seed: int) -> dict[str, object]:
         "tokens": model.config.num_tokens if isinstance(model, VisionTransformer) else 0,
         "train_images": len(x_train),
     }
+
+
+def _cpu_model_name() -> str:
+    """The CPU's model name (Linux), for the provenance of timings and of exact re-runs."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
