@@ -10,7 +10,12 @@ chapters and the tests use the same code. Every run trains on one CPU thread wit
 algorithms: on the same machine and software versions the accuracies and losses come out the
 same, which ``--check`` verifies by re-running a slice and comparing with the file. Runs that are
 the same in two experiments (the base ViT on the full split, for example) are trained once.
-``--only`` replaces those experiments in an existing file and keeps the others.
+``--only`` replaces those experiments in an existing file and keeps the others. ``--merge`` joins
+files that hold other seeds of the same experiments (run at the same time, say), keeping the
+provenance of each part:
+
+    python scripts/run_experiments.py --seeds 3 4 --out /tmp/more.json
+    python scripts/run_experiments.py --merge vitbook/assets/experiments.json /tmp/more.json
 """
 
 from __future__ import annotations
@@ -132,6 +137,48 @@ def _write(results: dict, out: Path) -> None:
     out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
 
 
+def _as_list(provenance: dict | list) -> list[dict]:
+    return provenance if isinstance(provenance, list) else [provenance]
+
+
+def merge(paths: list[Path], out: Path) -> None:
+    """Join result files with the same recipe and software, seed by seed; keep every provenance."""
+    parts = [load_results(path) for path in paths]
+    first = parts[0]
+    for path, part in zip(paths, parts, strict=True):
+        for field in ("recipe", "base_vit", "cnn_channels"):
+            if part[field] != first[field]:
+                raise SystemExit(f"{path} has another {field} than {paths[0]}; not merged.")
+        software = {
+            (p["torch"], p["python"], p["cpu"]) for p in _as_list(part["provenance"])
+        }
+        if software != {(p["torch"], p["python"], p["cpu"]) for p in _as_list(first["provenance"])}:
+            raise SystemExit(f"{path} was made with other software or CPU; not merged.")
+    merged = {"experiments": {}}
+    for name in first["experiments"]:
+        pieces = [part["experiments"][name] for part in parts if name in part["experiments"]]
+        seeds = [seed for piece in pieces for seed in piece["seeds"]]
+        if len(set(seeds)) != len(seeds):
+            raise SystemExit(f"experiment {name!r} has seeds {seeds} twice in {paths}; not merged.")
+        order = sorted(range(len(seeds)), key=seeds.__getitem__)
+        runs = {
+            label: [[run for piece in pieces for run in piece["runs"][label]][i] for i in order]
+            for label in pieces[0]["runs"]
+        }
+        merged["experiments"][name] = {
+            **pieces[0],
+            "seeds": sorted(seeds),
+            "runs": runs,
+            "provenance": [p for piece in pieces for p in _as_list(piece["provenance"])],
+        }
+    merged["provenance"] = [p for part in parts for p in _as_list(part["provenance"])]
+    merged["merge_command"] = "python " + " ".join(
+        [Path(sys.argv[0]).as_posix(), *sys.argv[1:]]
+    )
+    _write(merged, out)
+    print(f"wrote {out}: seeds {merged['experiments'][name]['seeds']}")
+
+
 def check(names: list[str], labels: list[str] | None, seeds: list[int], path: Path) -> int:
     results = load_results(path)
     failures = 0
@@ -157,8 +204,12 @@ def main() -> None:
     parser.add_argument("--setting", nargs="+", help="with --check: these settings only")
     parser.add_argument("--check", action="store_true", help="re-run and compare with the file")
     parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="the results file")
+    parser.add_argument("--merge", nargs="+", type=Path, help="join these files into --out")
     args = parser.parse_args()
     os.environ.setdefault("VITBOOK_PROGRESS", "0")
+    if args.merge:
+        merge(args.merge, args.out)
+        return
     if args.check:
         raise SystemExit(check(args.only, args.setting, args.seeds, args.out))
     run(args.only, args.seeds, args.out)
