@@ -16,6 +16,9 @@ provenance of each part:
 
     python scripts/run_experiments.py --seeds 3 4 --out /tmp/more.json
     python scripts/run_experiments.py --merge vitbook/assets/experiments.json /tmp/more.json
+
+Wall-clock seconds per run depend on what else the machine is doing; ``--timing`` adds a
+measure that depends much less on it, the fastest of 30 training steps for each patch size.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from vitbook.experiments import (
     load_results,
     reproduce,
     run_one,
+    time_training_step,
 )
 
 # What --check accepts as the same number: exact on the machine that wrote the file.
@@ -137,6 +141,22 @@ def _write(results: dict, out: Path) -> None:
     out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
 
 
+def timing(out: Path) -> None:
+    """Time one training step per patch size (minimum of 30) and store it in the file."""
+    results = load_results(out)
+    experiment = results["experiments"]["patch_size"]
+    start, load = time.perf_counter(), os.getloadavg()[0]
+    experiment["step_seconds"] = {
+        label: round(time_training_step(setting), 6)
+        for label, setting in EXPERIMENTS["patch_size"]["settings"].items()
+    }
+    experiment["step_seconds_provenance"] = _provenance(
+        ["patch_size"], [0], time.perf_counter() - start, [load, os.getloadavg()[0]]
+    )
+    _write(results, out)
+    print(f"wrote {out}: step seconds {experiment['step_seconds']}")
+
+
 def _as_list(provenance: dict | list) -> list[dict]:
     return provenance if isinstance(provenance, list) else [provenance]
 
@@ -205,10 +225,16 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="re-run and compare with the file")
     parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="the results file")
     parser.add_argument("--merge", nargs="+", type=Path, help="join these files into --out")
+    parser.add_argument(
+        "--timing", action="store_true", help="time one step per patch size into --out"
+    )
     args = parser.parse_args()
     os.environ.setdefault("VITBOOK_PROGRESS", "0")
     if args.merge:
         merge(args.merge, args.out)
+        return
+    if args.timing:
+        timing(args.out)
         return
     if args.check:
         raise SystemExit(check(args.only, args.setting, args.seeds, args.out))

@@ -211,3 +211,12 @@ def test_reproduce_names_what_is_missing(results):
     with pytest.raises(ValueError, match=r"no stored run for experiment='data_size', "
                                          r"setting='CNN 10%', seed=99"):  # fmt: skip
         reproduce(results, "data_size", "CNN 10%", 99)
+
+
+def test_patch_size_has_a_step_time_per_setting_with_provenance(results):
+    experiment = results["experiments"]["patch_size"]
+    assert list(experiment["step_seconds"]) == list(EXPERIMENTS["patch_size"]["settings"])
+    assert all(0 < seconds < 10 for seconds in experiment["step_seconds"].values())
+    provenance = experiment["step_seconds_provenance"]
+    assert PROVENANCE_FIELDS <= set(provenance)
+    assert provenance["command"] == "python scripts/run_experiments.py --timing"
