@@ -3,22 +3,28 @@
 
     python scripts/train_digits_vit.py            # trains on the CPU and writes the file
     python scripts/train_digits_vit.py --out /tmp/digits_vit.safetensors
+    python scripts/train_digits_vit.py --variant cls   # digits_vit_cls.safetensors
+
+The default variant ("mean") averages the patch tokens for the head, though the model has a
+class token; "cls" is the same model read out from its class token, as in the ViT paper.
 
 Everything random is seeded and the training runs on the CPU with one thread, so the file comes
 out the same on the same machine and software versions. The script prints the test accuracy on
-the fixed split of vitbook.data.load_digits_split and refuses to write a model below 0.98.
+the fixed split of vitbook.data.load_digits_split and refuses to write a model below its bound,
+0.98 for "mean" and 0.97 for "cls".
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
 
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.data import load_digits_split
-from vitbook.pretrained import DIGITS_VIT_PATH, save_model
+from vitbook.pretrained import DIGITS_VIT_CLS_PATH, DIGITS_VIT_PATH, save_model
 from vitbook.train import evaluate, fit, random_shift
 
 CONFIG = ViTConfig(
@@ -43,19 +49,28 @@ RECIPE = {
     "label_smoothing": 0.1,
 }
 MIN_ACCURACY = 0.98
+# The same model and recipe, read out from the class token (pool="cls", class_token=True).
+CLS_CONFIG = dataclasses.replace(CONFIG, pool="cls")
+VARIANTS = {
+    "mean": (CONFIG, DIGITS_VIT_PATH, MIN_ACCURACY),
+    "cls": (CLS_CONFIG, DIGITS_VIT_CLS_PATH, 0.97),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(DIGITS_VIT_PATH), help="where to write the weights")
+    parser.add_argument("--variant", choices=list(VARIANTS), default="mean")
+    parser.add_argument("--out", help="where to write the weights (default: the shipped file)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    config, default_out, min_accuracy = VARIANTS[args.variant]
+    out = args.out or str(default_out)
 
     torch.set_num_threads(1)  # one thread: the same float sums in the same order every run
     torch.use_deterministic_algorithms(True)
     x_train, y_train, x_test, y_test = load_digits_split()
     torch.manual_seed(args.seed)
-    model = VisionTransformer(CONFIG)
+    model = VisionTransformer(config)
     start = time.perf_counter()
     history = fit(
         model,
@@ -71,15 +86,15 @@ def main() -> None:
         f"{parameters:,} parameters, {history.epochs} epochs in {seconds:.0f} s, "
         f"final training loss {history.train_loss[-1]:.3f}, test accuracy {accuracy:.4f}"
     )
-    if accuracy < MIN_ACCURACY:
-        raise SystemExit(f"test accuracy {accuracy:.4f} < {MIN_ACCURACY}: not written")
+    if accuracy < min_accuracy:
+        raise SystemExit(f"test accuracy {accuracy:.4f} < {min_accuracy}: not written")
     save_model(
         model,
-        args.out,
+        out,
         test_accuracy=f"{accuracy:.4f}",
         recipe=str({**RECIPE, "seed": args.seed, "augment": "random_shift(1)"}),
     )
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -144,8 +144,11 @@ def test_uniform_attention_gives_mean_pairwise_distance_by_brute_force():
     expected = sum(pairwise) / len(pairwise)
     # Uniform over all N tokens: after dropping the class token it is uniform over the patches.
     attention = torch.full((B, HEADS, N, N), 1 / N)
-    distance = mean_attention_distance(attention, (GH, GW), P)
+    distance = mean_attention_distance(attention, (GH, GW), P, renormalize=True)
     torch.testing.assert_close(distance, torch.full((HEADS,), expected), **F32_TOL)
+    # Without renormalising (the paper's way) the class token's share 1 / N counts as distance 0.
+    paper = mean_attention_distance(attention, (GH, GW), P)
+    torch.testing.assert_close(paper, torch.full((HEADS,), expected * (N - 1) / N), **F32_TOL)
 
 
 def right_neighbour_targets() -> dict[int, int]:
@@ -172,8 +175,46 @@ def test_class_token_weight_is_dropped_and_rows_renormalised():
     # Send 70 % of every patch query's attention to the class token instead.
     mixed = 0.3 * right
     mixed[PREFIX:, 0] = 0.7
-    distance = mean_attention_distance(mixed.expand(B, HEADS, N, N), (GH, GW), P)
+    distance = mean_attention_distance(
+        mixed.expand(B, HEADS, N, N), (GH, GW), P, renormalize=True
+    )
     torch.testing.assert_close(distance, torch.full((HEADS,), float(P)), **F32_TOL)
+
+
+def test_class_token_weight_counts_as_zero_distance_by_default():
+    # The ViT authors' convention (the paper's Figure 7): drop the class token's row and column
+    # and do not renormalise, so 30 % of the attention at distance P gives 0.3 P.
+    right = grid_attention(right_neighbour_targets())
+    mixed = 0.3 * right
+    mixed[PREFIX:, 0] = 0.7
+    attention = mixed.expand(B, HEADS, N, N)
+    distance = mean_attention_distance(attention, (GH, GW), P)
+    torch.testing.assert_close(distance, torch.full((HEADS,), 0.3 * P), **F32_TOL)
+    explicit = mean_attention_distance(attention, (GH, GW), P, renormalize=False)
+    torch.testing.assert_close(explicit, distance, rtol=0, atol=0)
+
+
+def test_renormalising_by_hand_on_a_two_patch_grid():
+    # Class token, then patches 0 and 1 side by side, P = 4: patch 0 sends 0.2 to the class
+    # token, 0.5 to itself, 0.3 to patch 1; patch 1 sends 0.6, 0.4 to patch 0, 0.0 to itself.
+    # Paper: (0.3 * 4 + 0.4 * 4) / 2 = 1.4. Renormalised: (0.3 / 0.8 * 4 + 0.4 / 0.4 * 4) / 2
+    # = (1.5 + 4) / 2 = 2.75.
+    attention = torch.tensor(
+        [[1.0, 0.0, 0.0], [0.2, 0.5, 0.3], [0.6, 0.4, 0.0]]
+    ).expand(1, 1, 3, 3)
+    paper = mean_attention_distance(attention, (1, 2), 4)
+    renormalised = mean_attention_distance(attention, (1, 2), 4, renormalize=True)
+    torch.testing.assert_close(paper, torch.tensor([1.4]), **F32_TOL)
+    torch.testing.assert_close(renormalised, torch.tensor([2.75]), **F32_TOL)
+
+
+def test_renormalize_makes_no_difference_without_prefix():
+    attention = random_attention(B, HEADS, GH * GW, GH * GW)
+    torch.testing.assert_close(
+        mean_attention_distance(attention, (GH, GW), P, num_prefix_tokens=0),
+        mean_attention_distance(attention, (GH, GW), P, num_prefix_tokens=0, renormalize=True),
+        **F32_TOL,
+    )
 
 
 def test_distance_averages_over_batch_and_works_without_prefix():
@@ -195,6 +236,8 @@ def test_distance_on_transposed_grid_differs():
 
 def test_mean_attention_distance_errors():
     attention = random_attention(B, HEADS, N, N)
+    with pytest.raises(TypeError, match="renormalize must be True or False, got 'yes'"):
+        mean_attention_distance(attention, (GH, GW), P, renormalize="yes")
     with pytest.raises(ValueError, match=r"16 tokens, but num_prefix_tokens=1 plus .*\(4, 4\)"):
         mean_attention_distance(attention, 4, P)
     with pytest.raises(ValueError, match="patch_size=0 must be a positive integer"):

@@ -126,3 +126,11 @@ def test_axial_vit_refuses_class_token_and_dropout():
         AxialVisionTransformer(ViTConfig(depth=1, drop_rate=0.1, **AXIAL_VIT))
     with pytest.raises(TypeError, match="ViTConfig"):
         AxialVisionTransformer({"depth": 1})
+
+
+def test_axial_vit_refuses_relative_bias():
+    from vitbook import ViTConfig
+    from vitbook.axial import AxialVisionTransformer
+
+    with pytest.raises(ValueError, match="pos_embed='relative' adds a bias to full attention"):
+        AxialVisionTransformer(ViTConfig(depth=1, pos_embed="relative", **AXIAL_VIT))

@@ -11,6 +11,7 @@ from hubtools import VIT_PREPROCESSOR, add_snapshot, perturb_
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.data import load_digits_split
 from vitbook.pretrained import (
+    DIGITS_VIT_CLS_PATH,
     DIGITS_VIT_PATH,
     PretrainedUnavailableError,
     PretrainedViT,
@@ -49,6 +50,36 @@ def test_shipped_model_reaches_its_stated_accuracy_on_the_fixed_split():
     accuracy = evaluate(load_digits_vit(), (x_test, y_test))
     assert accuracy >= 0.98
     assert f"{accuracy:.4f}" == read_metadata()["test_accuracy"]
+
+
+def test_shipped_class_token_model_reads_its_class_token_and_reaches_its_accuracy():
+    raw = DIGITS_VIT_CLS_PATH.read_bytes()
+    assert DIGITS_VIT_CLS_PATH.suffix == ".safetensors" and len(raw) < 1_000_000
+    with pytest.raises(pickle.UnpicklingError):
+        pickle.loads(raw)
+    model = load_digits_vit(variant="cls")
+    config = model.config
+    assert isinstance(model, VisionTransformer) and not model.training
+    assert (config.class_token, config.pool, config.grid_size) == (True, "cls", (4, 4))
+    # The head sees the class token's final state only: changing the patch tokens' final states
+    # after the last block cannot change the logits.
+    images = load_digits_split()[2][:4]
+    with torch.no_grad():
+        features = model.forward_features(images)  # (B, N, D)
+        changed = features.clone()
+        changed[:, 1:] = 0.0
+        torch.testing.assert_close(model.forward_head(changed), model(images), rtol=0, atol=0)
+    _, _, x_test, y_test = load_digits_split()
+    accuracy = evaluate(model, (x_test, y_test))
+    assert accuracy >= 0.97
+    assert f"{accuracy:.4f}" == read_metadata(DIGITS_VIT_CLS_PATH)["test_accuracy"]
+    # The model the chapters study is unchanged: mean pooling, with a class token.
+    assert (load_digits_vit().config.pool, load_digits_vit(variant="mean").config.pool) == (
+        "mean",
+        "mean",
+    )
+    with pytest.raises(ValueError, match="variant='token' is not a shipped digits model"):
+        load_digits_vit(variant="token")
 
 
 def test_save_and_load_round_trip(tmp_path):

@@ -203,3 +203,73 @@ def test_config_is_frozen_and_keyword_only():
     with pytest.raises(TypeError):
         ViTConfig(224, 16)  # type: ignore[misc]
     assert ViTConfig(img_size=32, patch_size=8).img_size == (32, 32)
+
+
+# --- pos_embed="relative": a learned bias per head and 2D offset in every block ----------------
+
+
+@pytest.mark.parametrize("class_token", [True, False])
+def test_relative_bias_parameter_count_and_shapes(class_token):
+    pool = "cls" if class_token else "mean"
+    config = tiny(pos_embed="relative", class_token=class_token, pool=pool)
+    model = VisionTransformer(config)
+    # Grid 3 x 5: (2*3 - 1) * (2*5 - 1) = 45 offsets, 3 heads, 2 blocks.
+    tables = [bias.relative_position_bias_table for bias in model.rel_pos_bias]
+    assert [tuple(t.shape) for t in tables] == [(45, 3), (45, 3)]
+    assert model.pos_embed is None
+    assert sum(p.numel() for p in model.parameters()) == config.num_parameters()
+    assert config.num_parameters() == tiny(pos_embed="none", class_token=class_token,
+                                           pool=pool).num_parameters() + 2 * 45 * 3
+    logits, weights = model.forward_with_attention(torch.randn(2, 3, 24, 40))
+    n = config.num_tokens
+    assert logits.shape == (2, 5) and [w.shape for w in weights] == [(2, 3, n, n)] * 2
+
+
+def test_relative_bias_of_zero_is_the_model_without_positions():
+    torch.manual_seed(0)
+    relative = VisionTransformer(tiny(pos_embed="relative")).eval()
+    plain = VisionTransformer(tiny(pos_embed="none")).eval()
+    plain.load_state_dict(relative.state_dict(), strict=False)  # all but the bias tables
+    images = torch.randn(2, 3, 24, 40)
+    with torch.no_grad():
+        for bias in relative.rel_pos_bias:
+            bias.relative_position_bias_table.normal_()  # larger than the init's std 0.02
+    # At init the residual stream hardly depends on attention; its weights show the bias.
+    biased = relative.forward_with_attention(images)[1][0]
+    assert (biased - plain.forward_with_attention(images)[1][0]).abs().max() > 0.1
+    with torch.no_grad():
+        for bias in relative.rel_pos_bias:
+            bias.relative_position_bias_table.zero_()
+    torch.testing.assert_close(relative(images), plain(images), rtol=0, atol=0)
+    torch.testing.assert_close(
+        relative.forward_with_attention(images)[1][0],
+        plain.forward_with_attention(images)[1][0],
+        rtol=0,
+        atol=0,
+    )
+
+
+def test_relative_bias_enters_the_logits_of_each_block():
+    torch.manual_seed(0)
+    model = VisionTransformer(tiny(pos_embed="relative", attn_impl="explicit")).eval()
+    x = model.embed(torch.randn(2, 3, 24, 40))  # (B, N, D)
+    block = model.blocks[0]
+    q, k, _ = block.attn._split_heads(block.norm1(x))  # each (B, Nh, N, Dh)
+    logits = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5 + model.attention_bias(0)
+    _, weights = block.forward_with_weights(x, mask=model.attention_bias(0))
+    torch.testing.assert_close(weights, logits.softmax(dim=-1))
+    # The class token's row and column get no bias.
+    bias = model.attention_bias(1)
+    assert bias[:, 0].abs().sum() == 0 and bias[:, :, 0].abs().sum() == 0
+    assert bias[:, 1:, 1:].abs().sum() > 0
+
+
+def test_relative_bias_sdpa_and_explicit_agree_and_train():
+    torch.manual_seed(0)
+    explicit = VisionTransformer(tiny(pos_embed="relative", attn_impl="explicit")).eval()
+    fused = VisionTransformer(tiny(pos_embed="relative", attn_impl="sdpa")).eval()
+    fused.load_state_dict(explicit.state_dict())
+    images = torch.randn(2, 3, 24, 40)
+    torch.testing.assert_close(fused(images), explicit(images), rtol=1e-5, atol=1e-5)
+    fused(images).logsumexp(-1).mean().backward()
+    assert all(b.relative_position_bias_table.grad is not None for b in fused.rel_pos_bias)

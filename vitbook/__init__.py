@@ -3,9 +3,10 @@
 Modules, in the order of the chapters: :mod:`vitbook.patches`, :mod:`vitbook.positional`,
 :mod:`vitbook.attention`, :mod:`vitbook.encoder`, :mod:`vitbook.vit`, :mod:`vitbook.axial`.
 Helpers, imported on demand: :mod:`vitbook.data` (sample photos and digits, offline),
-:mod:`vitbook.train`, :mod:`vitbook.analysis`, :mod:`vitbook.pretrained` (the shipped digits model
+:mod:`vitbook.train`, :mod:`vitbook.analysis`, :mod:`vitbook.pretrained` (the shipped digits models
 and Hugging Face checkpoints), :mod:`vitbook.checkpoints` (saving and loading vitbook model
-files), :mod:`vitbook.convert` (timm and Hugging Face state dicts),
+files), :mod:`vitbook.baselines` (a CNN for the digits), :mod:`vitbook.experiments` (the measured
+experiments shipped with the package), :mod:`vitbook.convert` (timm and Hugging Face state dicts),
 :mod:`vitbook.plotting` (matplotlib figures) and :mod:`vitbook.widgets` (interactive figures).
 Importing vitbook has no side effects and imports no optional dependency.
 """

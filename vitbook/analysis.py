@@ -189,6 +189,7 @@ def mean_attention_distance(
     patch_size: int,
     *,
     num_prefix_tokens: int = 1,
+    renormalize: bool = False,
 ) -> torch.Tensor:
     """Each head's mean attention distance in pixels (ViT paper, Figure 7 right, Appendix D.7).
 
@@ -196,18 +197,26 @@ def mean_attention_distance(
     from patch centre i to every key patch centre j, ``P * sqrt((row_i - row_j)^2 + (col_i -
     col_j)^2)``; it is then averaged over the query patches and the batch.
 
-    Only patch-to-patch attention counts: prefix rows and columns (the class token) are dropped,
-    and each query's weights over the patches are **renormalised to sum to 1**. A weighted
-    average needs weights that sum to 1; without renormalising, a head that sends most of its
-    attention to the class token would look local although it looks nowhere in the image. (Some
-    implementations skip this step; their distances are smaller by each row's patch share.) A
-    query that puts no weight at all on the patches contributes 0.
+    Only patch-to-patch attention counts: the prefix rows and columns (the class token) are
+    dropped. Two conventions differ in what happens next:
+
+    - ``renormalize=False`` (the default, the ViT authors' code and so the paper's Figure 7):
+      the remaining weights are used as they are. Attention a query pays to the class token
+      counts as distance 0, so a head that looks mostly at the class token comes out local.
+    - ``renormalize=True``: each query's weights over the patches are rescaled to sum to 1
+      first, a true weighted average over the image; the distance is then larger by
+      1 / (the row's share of attention on the patches). A query that puts no weight at all on
+      the patches contributes 0.
+
+    Without a prefix token (``num_prefix_tokens=0``) the rows already sum to 1 and the two agree.
 
     Args:
         attention: (B, Nh, N, N) weights of one layer, N = num_prefix_tokens + Gh * Gw.
         grid_size: (Gh, Gw), or G for a square grid.
         patch_size: P in pixels, so that distances are in pixels of the input image.
         num_prefix_tokens: tokens before the patches (1 with a class token).
+        renormalize: rescale each query's patch weights to sum to 1 (see above); False follows
+            the paper.
 
     Returns:
         (Nh,): one distance per head, averaged over the batch and the query patches. For one
@@ -222,6 +231,12 @@ def mean_attention_distance(
         >>> self_only = torch.eye(1 + 3 * 5).expand(2, 4, 16, 16)  # every token attends to itself
         >>> mean_attention_distance(self_only, (3, 5), 16)
         tensor([0., 0., 0., 0.])
+        >>> rows = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.0, 0.5], [0.5, 0.5, 0.0]])
+        >>> attention = rows.expand(1, 1, 3, 3)  # (B, Nh, N, N): class token, 1 x 2 patches
+        >>> mean_attention_distance(attention, (1, 2), 4)  # each patch: 0.5 on the other, 4 px
+        tensor([2.])
+        >>> mean_attention_distance(attention, (1, 2), 4, renormalize=True)  # (4 + 4) / 2
+        tensor([4.])
 
     See chapter: Inside a trained ViT.
     """
@@ -229,7 +244,13 @@ def mean_attention_distance(
     patch_size = _checks.positive_int("patch_size", patch_size)
     gh, gw = _grid("attention", attention.shape[-1], grid_size, _prefix_tokens(num_prefix_tokens))
     weights = attention[..., num_prefix_tokens:, num_prefix_tokens:]  # (B, Nh, Gh*Gw, Gh*Gw)
-    weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+    if not isinstance(renormalize, bool):
+        raise TypeError(
+            f"renormalize must be True or False, got {renormalize!r}; False follows the paper."
+        )
+    if renormalize:  # a weighted average over the patches only
+        tiny = torch.finfo(weights.dtype).tiny
+        weights = weights / weights.sum(dim=-1, keepdim=True).clamp_min(tiny)
     grid = {"dtype": weights.dtype, "device": weights.device}
     rows = torch.arange(gh, **grid).repeat_interleave(gw)  # (Gh*Gw,) row of each patch
     cols = torch.arange(gw, **grid).repeat(gh)  # (Gh*Gw,) column of each patch

@@ -198,7 +198,8 @@ class AxialVisionTransformer(nn.Module):
 
     Raises:
         TypeError: ``config`` is not a ViTConfig.
-        ValueError: a class token, ``pool="cls"`` or dropout, which axial blocks do not take.
+        ValueError: a class token, ``pool="cls"``, dropout or ``pos_embed="relative"``, which axial
+            blocks do not take.
 
     Example:
         >>> cfg = ViTConfig(img_size=8, patch_size=2, in_chans=1, embed_dim=16, depth=1,
@@ -225,6 +226,11 @@ class AxialVisionTransformer(nn.Module):
                 f"an axial ViT has no class token (a class token has no row or column), got "
                 f"class_token={config.class_token}, pool={config.pool!r}; "
                 "use class_token=False, pool='mean'."
+            )
+        if config.pos_embed == "relative":
+            raise ValueError(
+                "pos_embed='relative' adds a bias to full attention's N x N logits, which axial "
+                "blocks do not form; use pos_embed='learned', 'sincos2d' or 'none'."
             )
         if config.drop_rate or config.attn_drop_rate:
             raise ValueError(

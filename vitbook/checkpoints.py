@@ -23,6 +23,7 @@ from vitbook import _checks, _weights
 from vitbook.vit import VisionTransformer, ViTConfig, check_fields
 
 __all__ = [
+    "DIGITS_VIT_CLS_PATH",
     "DIGITS_VIT_PATH",
     "RESERVED_METADATA",
     "ExistingFileError",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 DIGITS_VIT_PATH = Path(__file__).parent / "assets" / "digits_vit.safetensors"
+DIGITS_VIT_CLS_PATH = Path(__file__).parent / "assets" / "digits_vit_cls.safetensors"
 RESERVED_METADATA = ("config",)
 
 

@@ -92,6 +92,7 @@ class EncoderBlock(nn.Module):
 
     Shapes:
         forward: (B, N, D) -> (B, N, D); forward_with_weights also returns (B, Nh, N, N).
+        mask: optional, passed to the attention (a relative position bias, for example).
 
     Raises:
         TypeError / ValueError: a size, ratio, epsilon or flag of the wrong type or range (see
@@ -143,20 +144,22 @@ class EncoderBlock(nn.Module):
         _checks.tensor("tokens", x, 3, "(B, N, D)")
         _checks.like("tokens", x, self.norm1.weight, "the block")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         self._check(x)
         if self.norm_first:
-            x = x + self.attn(self.norm1(x))
+            x = x + self.attn(self.norm1(x), mask)
             return x + self.mlp(self.norm2(x))
-        x = self.norm1(x + self.attn(x))
+        x = self.norm1(x + self.attn(x, mask))
         return self.norm2(x + self.mlp(x))
 
-    def forward_with_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_with_weights(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         self._check(x)
         if self.norm_first:
-            out, weights = self.attn.forward_with_weights(self.norm1(x))
+            out, weights = self.attn.forward_with_weights(self.norm1(x), mask)
             x = x + out
             return x + self.mlp(self.norm2(x)), weights
-        out, weights = self.attn.forward_with_weights(x)
+        out, weights = self.attn.forward_with_weights(x, mask)
         x = self.norm1(x + out)
         return self.norm2(x + self.mlp(x)), weights

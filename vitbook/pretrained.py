@@ -4,7 +4,10 @@
 safetensors file holds only tensors and a JSON header, so loading it runs no code (unlike
 unpickling a ``torch.save`` file). The header's metadata stores the ``ViTConfig`` fields (key
 ``"config"``) and the test accuracy measured when the file was written (key
-``"test_accuracy"``). ``scripts/train_digits_vit.py`` reproduces the file from scratch.
+``"test_accuracy"``). ``scripts/train_digits_vit.py`` reproduces the file from scratch. That model
+pools by averaging its patch tokens; a second one, ``digits_vit_cls.safetensors``
+(``load_digits_vit(variant="cls")``, made by ``scripts/train_digits_vit.py --variant cls``),
+reads its prediction from the class token, so that rollout from the class token means something.
 Such files are written and read by :mod:`vitbook.checkpoints` (``save_model``, ``load_model``,
 ``read_metadata``), whose names are re-exported here.
 
@@ -30,6 +33,7 @@ import torch.nn.functional as F
 
 from vitbook import _checks, _weights
 from vitbook.checkpoints import (
+    DIGITS_VIT_CLS_PATH,
     DIGITS_VIT_PATH,
     ExistingFileError,
     load_model,
@@ -47,6 +51,7 @@ from vitbook.vit import VisionTransformer
 
 __all__ = [
     "DEFAULT_CHECKPOINT",
+    "DIGITS_VIT_CLS_PATH",
     "DIGITS_VIT_PATH",
     "ExistingFileError",
     "PretrainedUnavailableError",
@@ -66,17 +71,28 @@ __all__ = [
 
 DEFAULT_CHECKPOINT = "google/vit-base-patch16-224"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference
+_DIGITS_VARIANTS = {"mean": DIGITS_VIT_PATH, "cls": DIGITS_VIT_CLS_PATH}
 
 
-def load_digits_vit(device: str | torch.device = "cpu") -> VisionTransformer:
+def load_digits_vit(
+    device: str | torch.device = "cpu", *, variant: str = "mean"
+) -> VisionTransformer:
     """The ViT trained on the digits of :func:`vitbook.data.load_digits_split`, in eval mode.
 
     It reads 8 x 8 grey images (B, 1, 8, 8) in [0, 1] as a 4 x 4 grid of 2 x 2 patches and
     returns (B, 10) logits. Its accuracy on the 450 test digits is stored in the file's metadata
-    (``read_metadata()["test_accuracy"]``) and checked by the tests to be at least 0.98.
+    (``read_metadata(path)["test_accuracy"]``) and checked by the tests.
 
     Args:
         device: where to put the model.
+        variant: ``"mean"``, the model the chapters study (``DIGITS_VIT_PATH``): mean pooling of
+            the patch tokens, though it has a class token, which attention uses and the head
+            never reads; test accuracy at least 0.98. ``"cls"`` (``DIGITS_VIT_CLS_PATH``): the
+            same size, read out from the class token (``pool="cls"``), as in the ViT paper;
+            test accuracy at least 0.97.
+
+    Raises:
+        ValueError: an unknown ``variant``.
 
     Example:
         >>> model = load_digits_vit()
@@ -84,10 +100,17 @@ def load_digits_vit(device: str | torch.device = "cpu") -> VisionTransformer:
         ((4, 4), False)
         >>> model(torch.zeros(3, 1, 8, 8)).shape
         torch.Size([3, 10])
+        >>> load_digits_vit(variant="cls").config.pool
+        'cls'
 
     See chapter: Training and classification.
     """
-    return load_model(DIGITS_VIT_PATH, device=device)
+    if variant not in _DIGITS_VARIANTS:
+        raise ValueError(
+            f"variant={variant!r} is not a shipped digits model; choose one of "
+            f"{', '.join(repr(v) for v in _DIGITS_VARIANTS)}."
+        )
+    return load_model(_DIGITS_VARIANTS[variant], device=device)
 
 
 class PretrainedUnavailableError(OSError):

@@ -26,11 +26,11 @@ from vitbook import _checks
 from vitbook.attention import ATTENTION_IMPLS
 from vitbook.encoder import EncoderBlock
 from vitbook.patches import PatchEmbedding
-from vitbook.positional import sincos_2d
+from vitbook.positional import RelativePositionBias, sincos_2d
 
 __all__ = ["PRESETS", "ViTConfig", "VisionTransformer"]
 
-POS_EMBEDS = ("learned", "sincos2d", "none")
+POS_EMBEDS = ("learned", "sincos2d", "none", "relative")
 POOLS = ("cls", "mean")
 
 # ViT paper, Table 1: (embed_dim, depth, num_heads); the MLP is 4x wider in every size.
@@ -59,7 +59,10 @@ class ViTConfig:
         mlp_ratio: the MLP's hidden width is ``int(D * mlp_ratio)``.
         qkv_bias: whether ``qkv`` has a bias.
         class_token: whether a learned class token is prepended.
-        pos_embed: ``"learned"`` (ViT), ``"sincos2d"`` (fixed, D a multiple of 4) or ``"none"``.
+        pos_embed: ``"learned"`` (ViT), ``"sincos2d"`` (fixed, D a multiple of 4), ``"none"``,
+            or ``"relative"``: nothing added to the tokens, and each block adds a learned bias
+            per head and 2D offset to its attention logits (:class:`RelativePositionBias`, the
+            Swin / BEiT kind, not the content-dependent variant of the ViT paper's Appendix D.4).
         pool: ``"cls"`` (the class token's final state) or ``"mean"`` (mean of the patch tokens).
         attn_impl: ``"explicit"`` or ``"sdpa"`` for ``forward``.
         norm_eps: LayerNorm epsilon (1e-6 in timm and the original ViT code).
@@ -186,6 +189,7 @@ class ViTConfig:
             patch embedding   C P^2 D + D
             class token       D
             position embed.   N D                 (learned only)
+            relative bias     L (2 Gh - 1)(2 Gw - 1) Nh   (relative only)
             each of L blocks  12 D^2 + 13 D       (for a 4x MLP with biases; in general
                               4 D + (3 D^2 + 3 D) + (D^2 + D) + (2 D H + H + D), H = hidden width)
             final LayerNorm   2 D
@@ -199,6 +203,9 @@ class ViTConfig:
         attention = 3 * d * d + (3 * d if self.qkv_bias else 0) + d * d + d
         block = 4 * d + attention + 2 * d * h + h + d
         head = d * k + k if k > 0 else 0
+        if self.pos_embed == "relative":
+            gh, gw = self.grid_size
+            block += (2 * gh - 1) * (2 * gw - 1) * self.num_heads
         return patch + tokens + self.depth * block + 2 * d + head
 
 
@@ -219,7 +226,8 @@ class VisionTransformer(nn.Module):
     with std 0.02 and zero bias, ``pos_embed`` truncated normal 0.02, ``cls_token`` normal 1e-6,
     LayerNorms at (1, 0), and the patch-embedding Conv2d at PyTorch's default. The 2D sine-cosine
     table (``pos_embed="sincos2d"``) is a non-persistent buffer with a zero row for the class
-    token.
+    token. With ``pos_embed="relative"``, ``rel_pos_bias.{i}`` holds block i's bias table
+    (truncated normal 0.02) and the class token's logits get no bias.
 
     Shapes:
         forward: (B, C, H, W) -> (B, num_classes) logits.
@@ -266,6 +274,14 @@ class VisionTransformer(nn.Module):
             self.register_buffer("pos_embed", table, persistent=False)
         else:
             self.pos_embed = None
+        self.rel_pos_bias = None
+        if cfg.pos_embed == "relative":  # one table per block, as in Swin
+            self.rel_pos_bias = nn.ModuleList(
+                RelativePositionBias(
+                    cfg.grid_size, cfg.num_heads, num_prefix_tokens=cfg.num_prefix_tokens
+                )
+                for _ in range(cfg.depth)
+            )
         self.pos_drop = nn.Dropout(cfg.drop_rate)
         self.blocks = nn.ModuleList(
             EncoderBlock(
@@ -291,6 +307,8 @@ class VisionTransformer(nn.Module):
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)
+        for bias in getattr(self, "rel_pos_bias", None) or ():
+            nn.init.trunc_normal_(bias.relative_position_bias_table, std=0.02)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.trunc_normal_(module.weight, std=0.02)
@@ -310,10 +328,14 @@ class VisionTransformer(nn.Module):
             x = x + self.pos_embed
         return self.pos_drop(x)
 
+    def attention_bias(self, layer: int) -> torch.Tensor | None:
+        """Block ``layer``'s relative position bias (Nh, N, N), or None without one."""
+        return None if self.rel_pos_bias is None else self.rel_pos_bias[layer]()
+
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         x = self.embed(images)
-        for block in self.blocks:
-            x = block(x)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, mask=self.attention_bias(layer))
         return self.norm(x)  # (B, N, D)
 
     def forward_head(self, features: torch.Tensor) -> torch.Tensor:
@@ -333,7 +355,7 @@ class VisionTransformer(nn.Module):
         """Logits and every layer's attention weights, computed by the explicit attention path."""
         x = self.embed(images)
         weights = []
-        for block in self.blocks:
-            x, w = block.forward_with_weights(x)
+        for layer, block in enumerate(self.blocks):
+            x, w = block.forward_with_weights(x, mask=self.attention_bias(layer))
             weights.append(w)  # (B, Nh, N, N)
         return self.forward_head(self.norm(x)), weights

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Run the digits experiments and write vitbook/assets/experiments.json with its provenance.
+
+    python scripts/run_experiments.py                       # all three experiments, seeds 0 1 2
+    python scripts/run_experiments.py --only patch_size --seeds 0 1 2 3 4
+    python scripts/run_experiments.py --check --only data_size --setting "CNN 10%" --seeds 0
+
+The experiments, the recipe and one training run are defined in vitbook.experiments, so the
+chapters and the tests use the same code. Every run trains on one CPU thread with deterministic
+algorithms: on the same machine and software versions the accuracies and losses come out the
+same, which ``--check`` verifies by re-running a slice and comparing with the file. Runs that are
+the same in two experiments (the base ViT on the full split, for example) are trained once.
+``--only`` replaces those experiments in an existing file and keeps the others. ``--merge`` joins
+files that hold other seeds of the same experiments (run at the same time, say), keeping the
+provenance of each part:
+
+    python scripts/run_experiments.py --seeds 3 4 --out /tmp/more.json
+    python scripts/run_experiments.py --merge vitbook/assets/experiments.json /tmp/more.json
+
+Wall-clock seconds per run depend on what else the machine is doing; ``--timing`` adds a
+measure that depends much less on it, the fastest of 30 training steps for each patch size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy
+import torch
+
+from vitbook.experiments import (
+    BASE_VIT,
+    CNN_CHANNELS,
+    EXPERIMENTS,
+    RECIPE,
+    RESULTS_PATH,
+    _cpu_model_name,
+    load_results,
+    reproduce,
+    run_one,
+    time_training_step,
+)
+
+# What --check accepts as the same number: exact on the machine that wrote the file.
+CHECK_TOLERANCE = {"test_accuracy": 0.0, "train_loss": 0.0}
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+            cwd=Path(__file__).resolve().parent,
+        )  # fmt: skip
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _key(setting: dict[str, object]) -> str:
+    """What determines a run: the full model fields and the training fraction."""
+    if setting.get("model") == "cnn":
+        full = {"model": "cnn", "channels": list(CNN_CHANNELS)}
+    else:
+        full = {"model": "vit", **BASE_VIT, **{k: v for k, v in setting.items() if k != "model"}}
+    full["fraction"] = float(setting.get("fraction", 1.0))
+    return json.dumps(full, sort_keys=True)
+
+
+def _provenance(names: list[str], seeds: list[int], seconds: float, load: list[float]) -> dict:
+    return {
+        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "experiments_run": names,
+        "seeds": seeds,
+        "git_commit": _git_commit(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "cpu": _cpu_model_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": 1,
+        "deterministic_algorithms": True,
+        "load_average_start_end": [round(value, 2) for value in load],
+        "wall_seconds": round(seconds, 1),
+        "note": "seconds are wall-clock on a shared machine (see the load average); compare "
+        "them within one experiment only",
+    }
+
+
+def run(names: list[str], seeds: list[int], out: Path) -> None:
+    results = load_results(out) if out.is_file() else {"experiments": {}}
+    start, load_start = time.perf_counter(), os.getloadavg()[0]
+    done: dict[tuple[str, int], dict] = {}
+    for name in names:
+        experiment_start, experiment_load = time.perf_counter(), os.getloadavg()[0]
+        settings = EXPERIMENTS[name]["settings"]
+        runs: dict[str, list[dict]] = {}
+        for label, setting in settings.items():
+            runs[label] = []
+            for seed in seeds:
+                key = (_key(setting), seed)
+                if key not in done:
+                    done[key] = run_one(setting, seed)
+                    r = done[key]
+                    print(
+                        f"{name:<11} {label:<16} seed {seed}: accuracy {r['test_accuracy']:.4f}, "
+                        f"loss {r['train_loss']:.4f}, {r['seconds']:.1f} s",
+                        flush=True,
+                    )
+                runs[label].append(done[key])
+        results["experiments"][name] = {
+            "description": EXPERIMENTS[name]["description"],
+            "settings": settings,
+            "seeds": seeds,
+            "runs": runs,
+            "provenance": _provenance(
+                [name], seeds, time.perf_counter() - experiment_start,
+                [experiment_load, os.getloadavg()[0]],
+            ),  # fmt: skip
+        }
+        _write(results, out)  # after each experiment, so that a long sweep keeps its progress
+    seconds = time.perf_counter() - start
+    results["provenance"] = _provenance(names, seeds, seconds, [load_start, os.getloadavg()[0]])
+    _write(results, out)
+    print(f"wrote {out} in {seconds:.0f} s")
+
+
+def _write(results: dict, out: Path) -> None:
+    results["recipe"] = RECIPE
+    results["base_vit"] = BASE_VIT
+    results["cnn_channels"] = list(CNN_CHANNELS)
+    out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+
+
+def timing(out: Path) -> None:
+    """Time one training step per patch size (minimum of 30) and store it in the file."""
+    results = load_results(out)
+    experiment = results["experiments"]["patch_size"]
+    start, load = time.perf_counter(), os.getloadavg()[0]
+    experiment["step_seconds"] = {
+        label: round(time_training_step(setting), 6)
+        for label, setting in EXPERIMENTS["patch_size"]["settings"].items()
+    }
+    experiment["step_seconds_provenance"] = _provenance(
+        ["patch_size"], [0], time.perf_counter() - start, [load, os.getloadavg()[0]]
+    )
+    _write(results, out)
+    print(f"wrote {out}: step seconds {experiment['step_seconds']}")
+
+
+def _as_list(provenance: dict | list) -> list[dict]:
+    return provenance if isinstance(provenance, list) else [provenance]
+
+
+def merge(paths: list[Path], out: Path) -> None:
+    """Join result files with the same recipe and software, seed by seed; keep every provenance."""
+    parts = [load_results(path) for path in paths]
+    first = parts[0]
+    for path, part in zip(paths, parts, strict=True):
+        for field in ("recipe", "base_vit", "cnn_channels"):
+            if part[field] != first[field]:
+                raise SystemExit(f"{path} has another {field} than {paths[0]}; not merged.")
+        software = {
+            (p["torch"], p["python"], p["cpu"]) for p in _as_list(part["provenance"])
+        }
+        if software != {(p["torch"], p["python"], p["cpu"]) for p in _as_list(first["provenance"])}:
+            raise SystemExit(f"{path} was made with other software or CPU; not merged.")
+    merged = {"experiments": {}}
+    for name in first["experiments"]:
+        pieces = [part["experiments"][name] for part in parts if name in part["experiments"]]
+        seeds = [seed for piece in pieces for seed in piece["seeds"]]
+        if len(set(seeds)) != len(seeds):
+            raise SystemExit(f"experiment {name!r} has seeds {seeds} twice in {paths}; not merged.")
+        order = sorted(range(len(seeds)), key=seeds.__getitem__)
+        runs = {
+            label: [[run for piece in pieces for run in piece["runs"][label]][i] for i in order]
+            for label in pieces[0]["runs"]
+        }
+        merged["experiments"][name] = {
+            **pieces[0],
+            "seeds": sorted(seeds),
+            "runs": runs,
+            "provenance": [p for piece in pieces for p in _as_list(piece["provenance"])],
+        }
+    merged["provenance"] = [p for part in parts for p in _as_list(part["provenance"])]
+    merged["merge_command"] = "python " + " ".join(
+        [Path(sys.argv[0]).as_posix(), *sys.argv[1:]]
+    )
+    _write(merged, out)
+    print(f"wrote {out}: seeds {merged['experiments'][name]['seeds']}")
+
+
+def check(names: list[str], labels: list[str] | None, seeds: list[int], path: Path) -> int:
+    results = load_results(path)
+    failures = 0
+    for name in names:
+        for label in labels or list(EXPERIMENTS[name]["settings"]):
+            for seed in seeds:
+                stored, rerun = reproduce(results, name, label, seed)
+                for metric, tolerance in CHECK_TOLERANCE.items():
+                    gap = abs(stored[metric] - rerun[metric])
+                    ok = gap <= tolerance
+                    failures += not ok
+                    print(
+                        f"{'ok ' if ok else 'BAD'} {name} {label!r} seed {seed} {metric}: "
+                        f"file {stored[metric]}, rerun {rerun[metric]} (tolerance {tolerance})"
+                    )
+    return 1 if failures else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=list(EXPERIMENTS), default=list(EXPERIMENTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--setting", nargs="+", help="with --check: these settings only")
+    parser.add_argument("--check", action="store_true", help="re-run and compare with the file")
+    parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="the results file")
+    parser.add_argument("--merge", nargs="+", type=Path, help="join these files into --out")
+    parser.add_argument(
+        "--timing", action="store_true", help="time one step per patch size into --out"
+    )
+    args = parser.parse_args()
+    os.environ.setdefault("VITBOOK_PROGRESS", "0")
+    if args.merge:
+        merge(args.merge, args.out)
+        return
+    if args.timing:
+        timing(args.out)
+        return
+    if args.check:
+        raise SystemExit(check(args.only, args.setting, args.seeds, args.out))
+    run(args.only, args.seeds, args.out)
+
+
+if __name__ == "__main__":
+    main()
