@@ -3,6 +3,7 @@
 
     python3 tasks.py test   # ruff, then pytest: unit tests, doctests, book build, notebooks
     python3 tasks.py book   # build the HTML book into _build/html
+    python3 tasks.py colab  # Colab-ready copies of the chapters into _build/colab/book/
     python3 tasks.py bench  # benchmarks (not part of the tests), see benchmarks/README.md
 
 Both commands first create or refresh the virtual environment `.venv`, installing
@@ -29,6 +30,7 @@ PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / "vitbook-requirements.sha256"  # tests/test_project.py looks for this name
 INPUTS = ("requirements.txt", "constraints.txt", "pyproject.toml")
 BOOK_INDEX = ROOT / "_build" / "html" / "index.html"
+COLAB_DIR = ROOT / "_build" / "colab"
 
 
 def say(message: str) -> None:
@@ -162,6 +164,14 @@ def test(pytest_args: list[str]) -> int:
     return 1 if failed else 0
 
 
+def colab() -> int:
+    """Write the Colab-ready copy of every chapter into _build/colab/book/ (plain Markdown)."""
+    code = run(PYTHON, ROOT / "book" / "_ext" / "colab.py", COLAB_DIR, env=tool_env())
+    if code == 0:
+        say(f"Colab notebooks written to {COLAB_DIR / 'book'}")
+    return code
+
+
 def bench(bench_args: list[str]) -> int:
     """Run the benchmarks (not part of the tests): speed, machine limit, memory, book budget."""
     return run(PYTHON, ROOT / "benchmarks" / "run.py", *bench_args, env=tool_env())
@@ -169,16 +179,18 @@ def bench(bench_args: list[str]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["book", "test", "bench"])
+    parser.add_argument("command", choices=["book", "test", "colab", "bench"])
     args, extra = parser.parse_known_args()
-    if args.command == "book" and extra:
-        parser.error(f"unexpected arguments for book: {' '.join(extra)}")
+    if args.command in ("book", "colab") and extra:
+        parser.error(f"unexpected arguments for {args.command}: {' '.join(extra)}")
     if sys.version_info < (3, 10):  # noqa: UP036 (the guard is for older interpreters)
         sys.exit(f"[tasks] vitbook needs Python 3.10 or newer, not {sys.version.split()[0]}")
     os.chdir(ROOT)
     ensure_venv()
     if args.command == "bench":
         return bench(extra)
+    if args.command == "colab":
+        return colab()
     return book() if args.command == "book" else test(extra)
 
 

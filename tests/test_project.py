@@ -127,7 +127,9 @@ def test_the_managed_environment_is_exactly_the_lock():
 
 
 def test_repository_url_is_the_same_everywhere():
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+    full = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    config = full["repository"]
+    colab_branch = full["sphinx"]["config"]["colab_branch"]  # Colab opens the generated copies
     owner_repo = config["url"].removeprefix("https://github.com/")
     files = [ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "book").rglob("*.*"))]
     github = re.compile(
@@ -145,7 +147,7 @@ def test_repository_url_is_the_same_everywhere():
         wrong += [
             (path.name, f"{found}@{branch}")
             for found, branch in colab.findall(text)
-            if (found, branch) != (owner_repo, config["branch"])
+            if (found, branch) != (owner_repo, colab_branch)
         ]
     assert not wrong, f"copies of the repository URL that differ from _config.yml: {wrong}"
 
