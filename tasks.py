@@ -29,6 +29,11 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / "vitbook-requirements.sha256"  # tests/test_project.py looks for this name
 INPUTS = ("requirements.txt", "constraints.txt", "pyproject.toml")
+# The classic Notebook with ipywidgets 7 for tests/test_frontends.py (see requirements-classic.txt).
+CLASSIC_VENV = ROOT / ".venv-classic"
+CLASSIC_PYTHON = CLASSIC_VENV / ("Scripts" if os.name == "nt" else "bin") / PYTHON.name
+CLASSIC_STAMP = CLASSIC_VENV / "vitbook-classic.sha256"
+CLASSIC_REQUIREMENTS = "requirements-classic.txt"
 BOOK_INDEX = ROOT / "_build" / "html" / "index.html"
 COLAB_DIR = ROOT / "_build" / "colab"
 
@@ -81,18 +86,22 @@ def requirements_hash() -> str:
     return digest.hexdigest()
 
 
-def ensure_venv() -> None:
-    """Create `.venv` if needed and install the locked requirements when they have changed."""
-    if not PYTHON.exists():
-        say(f"creating virtual environment {VENV}")
-        if run(sys.executable, "-m", "venv", VENV) != 0:
+def create_venv(venv: Path, python: Path) -> None:
+    if not python.exists():
+        say(f"creating virtual environment {venv}")
+        if run(sys.executable, "-m", "venv", venv) != 0:
             # Some Linux distributions ship Python without ensurepip: make the venv without pip,
             # then let this interpreter's pip put pip into it.
             say("venv without ensurepip; bootstrapping pip into it with this Python's pip")
-            created = run(sys.executable, "-m", "venv", "--clear", "--without-pip", VENV) == 0
-            bootstrap = (sys.executable, "-m", "pip", "--python", PYTHON, "install", "pip")
+            created = run(sys.executable, "-m", "venv", "--clear", "--without-pip", venv) == 0
+            bootstrap = (sys.executable, "-m", "pip", "--python", python, "install", "pip")
             if not (created and run(*bootstrap) == 0):
-                sys.exit("[tasks] could not create .venv: install the python3-venv package")
+                sys.exit(f"[tasks] could not create {venv.name}: install the python3-venv package")
+
+
+def ensure_venv() -> None:
+    """Create `.venv` if needed and install the locked requirements when they have changed."""
+    create_venv(VENV, PYTHON)
     wanted = requirements_hash()
     if STAMP.exists() and STAMP.read_text().strip() == wanted:
         say(".venv is up to date")
@@ -102,6 +111,39 @@ def ensure_venv() -> None:
     if run(*pip, "-r", "requirements.txt", "-c", "constraints.txt") != 0:
         sys.exit("[tasks] pip install failed; .venv left as it is")
     STAMP.write_text(wanted + "\n")
+
+
+def torch_pin() -> str:
+    """The torch line of constraints.txt (the CPU build that the book is tested with)."""
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.split("==")[0].strip().lower() == "torch":
+            return line.strip()
+    sys.exit("[tasks] constraints.txt pins no torch")
+
+
+def ensure_classic_venv() -> None:
+    """Create `.venv-classic`, the classic Notebook with ipywidgets 7, for the front-end tests.
+
+    It holds requirements-classic.txt (notebook 6.5.7, ipywidgets 7.7.1, widgetsnbextension
+    3.6.10, vitbook itself) and the torch of constraints.txt, everything from PyPI; it is
+    reinstalled only when that list, the torch pin or pyproject.toml change.
+    """
+    create_venv(CLASSIC_VENV, CLASSIC_PYTHON)
+    pins = (ROOT / CLASSIC_REQUIREMENTS).read_text() + torch_pin() + "\n"
+    pins += (ROOT / "pyproject.toml").read_text()
+    wanted = hashlib.sha256(pins.encode()).hexdigest()
+    if CLASSIC_STAMP.exists() and CLASSIC_STAMP.read_text().strip() == wanted:
+        say(".venv-classic is up to date")
+        return
+    say("installing the classic Notebook with ipywidgets 7 into .venv-classic")
+    pip = (CLASSIC_PYTHON, "-m", "pip", "install", "--disable-pip-version-check")
+    if run(*pip, "-r", CLASSIC_REQUIREMENTS, torch_pin()) != 0:
+        sys.exit(
+            "[tasks] pip install into .venv-classic failed (it needs PyPI, and the PyTorch CPU "
+            "index for torch: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu); delete "
+            ".venv-classic and run python3 tasks.py test again"
+        )
+    CLASSIC_STAMP.write_text(wanted + "\n")
 
 
 def tool_env() -> dict[str, str]:
@@ -140,6 +182,7 @@ def book() -> int:
 def test(pytest_args: list[str]) -> int:
     """Lint, then run pytest: unit tests, doctests, the book build and every notebook."""
     ensure_system_packages()
+    ensure_classic_venv()
     env = tool_env()
     # Agg for figures made inside pytest itself. Notebook kernels started by the book tests get
     # this variable removed, so that they keep Jupyter's inline backend and show their figures.
