@@ -182,7 +182,10 @@ def book() -> int:
 def test(pytest_args: list[str]) -> int:
     """Lint, then run pytest: unit tests, doctests, the book build and every notebook."""
     ensure_system_packages()
-    ensure_classic_venv()
+    try:
+        ensure_classic_venv()
+    except SystemExit as error:  # the other tests still run; tests/test_frontends.py says why
+        say(f"{error} (continuing: the classic-Notebook test will fail)")
     env = tool_env()
     # Agg for figures made inside pytest itself. Notebook kernels started by the book tests get
     # this variable removed, so that they keep Jupyter's inline backend and show their figures.

@@ -63,9 +63,13 @@ def generated(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
     return pairs
 
 
-def test_every_notebook_chapter_is_written(generated):
+def test_every_notebook_chapter_is_written_as_a_valid_notebook(generated):
+    import nbformat
+
     notebooks = [e for e in toc_entries(read_yaml("_toc.yml")) if (ROOT / f"{e}.ipynb").exists()]
     assert list(generated) == notebooks and len(notebooks) >= 10
+    for _, notebook in generated.values():
+        nbformat.validate(nbformat.from_dict(notebook))  # raises ValidationError
 
 
 def test_no_myst_role_or_directive_survives(generated):
