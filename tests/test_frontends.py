@@ -11,8 +11,11 @@ folder holding a small notebook that shows an interactive figure of ``vitbook.wi
 Chromium opens the notebook and runs it; the kernel writes every frame of the figure as PNG bytes
 (``Explorer.png``) to a file. The test then checks the picture that the page shows (the bytes of
 the ``Image`` widget's ``<img>``) against those frames: the default first, then after moving the
-slider with the keyboard, then after picking another entry of the menu. Requests that leave the
-machine are refused.
+slider with the keyboard, then after picking another entry of the menu. The notebook also shows
+the HTML book's static version of the figure as an HTML output (inserted by each front end in its
+own way, with jQuery in the classic Notebook): its script must start it, and its slider must take
+the arrow keys without moving the notebook's cell selection. Requests that leave the machine are
+refused.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ CELLS = [
     'with open("frames.json", "w") as file:\n'
     "    json.dump(frames, file)",
     "explorer",
+    "from IPython.display import HTML\n\nHTML(explorer.to_html())  # the HTML book's version",
 ]
 PICTURE = "img.widget-image"
 # null while the front end swaps pictures (it revokes the blob: URL of the old one).
@@ -199,6 +203,34 @@ def wait_for_frame(page, frames: dict[str, str], key: str, what: str) -> float:
     pytest.fail(f"{what}: the picture is not frame {key} after {TIMEOUT_S} s (it is {now})")
 
 
+def check_static_figure(page, active_cell: str, report: dict) -> None:
+    """The HTML book's version of the figure, shown as an HTML output: its script ran, and its
+    slider takes the arrow keys without moving the notebook's selection (command mode)."""
+    root = page.locator(".vitbook-explorer").first
+    root.wait_for(timeout=TIMEOUT_S * 1000)
+    page.wait_for_function(
+        "() => document.querySelector('.vitbook-explorer').getAttribute('data-ready') === 'true'",
+        timeout=10_000,
+    )
+    key = "root => root.querySelector('img.vbx-frame').getAttribute('data-key')"
+    assert root.evaluate(key) == "2,0"
+    slider = root.locator("input[type=range]")
+    slider.focus()
+    cell = page.evaluate(active_cell)
+    slider.press("ArrowRight")
+    assert root.evaluate(key) == "3,0", "ArrowRight moved the static slider"
+    # Up and Down: in command mode, one of them would move the selection to another cell.
+    slider.press("ArrowUp")
+    assert root.evaluate(key) == "4,0", "ArrowUp moved the static slider"
+    for _ in range(3):
+        slider.press("ArrowDown")
+    assert root.evaluate(key) == "1,0", "ArrowDown moved the static slider"
+    assert page.evaluate(active_cell) == cell, "the arrow keys reached the notebook"
+    root.locator("select").select_option("1")
+    assert root.evaluate(key) == "1,1"
+    report["static figure"] = "starts, keys and menu work"
+
+
 def drive(page, folder: Path, slider: str, report: dict) -> None:
     """Check the default frame, then one step of the slider by keyboard, then the menu."""
     frames_file = folder / "frames.json"
@@ -256,6 +288,9 @@ def test_jupyterlab_with_ipywidgets_8(tmp_path, record_property):
         )
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
         drive(page, tmp_path, ".widget-slider .noUi-handle, .widget-hslider .noUi-handle", report)
+        check_static_figure(
+            page, "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex", report
+        )
         assert not errors, f"page errors in JupyterLab: {errors}"
     assert not refused, f"requests that left the machine: {refused}"
     report["wall s"] = round(time.monotonic() - start, 1)
@@ -318,6 +353,7 @@ def test_classic_notebook_with_ipywidgets_7(tmp_path, classic_python, record_pro
         time.sleep(0.5)
         page.evaluate("() => Jupyter.notebook.execute_all_cells()")
         drive(page, tmp_path, ".widget-hslider .ui-slider-handle", report)
+        check_static_figure(page, "() => Jupyter.notebook.get_selected_index()", report)
         failed = [text for text in console if "Could not create" in text or "model" in text]
         assert not failed, f"widget errors in the classic notebook: {failed}"
         assert not errors, f"page errors in the classic notebook: {errors}"
