@@ -3,6 +3,7 @@
 
     python3 tasks.py test   # ruff, then pytest: unit tests, doctests, book build, notebooks
     python3 tasks.py book   # build the HTML book into _build/html
+    python3 tasks.py colab  # Colab-ready copies of the chapters into _build/colab/book/
     python3 tasks.py bench  # benchmarks (not part of the tests), see benchmarks/README.md
 
 Both commands first create or refresh the virtual environment `.venv`, installing
@@ -28,7 +29,13 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / "vitbook-requirements.sha256"  # tests/test_project.py looks for this name
 INPUTS = ("requirements.txt", "constraints.txt", "pyproject.toml")
+# The classic Notebook with ipywidgets 7 for tests/test_frontends.py (see requirements-classic.txt).
+CLASSIC_VENV = ROOT / ".venv-classic"
+CLASSIC_PYTHON = CLASSIC_VENV / ("Scripts" if os.name == "nt" else "bin") / PYTHON.name
+CLASSIC_STAMP = CLASSIC_VENV / "vitbook-classic.sha256"
+CLASSIC_REQUIREMENTS = "requirements-classic.txt"
 BOOK_INDEX = ROOT / "_build" / "html" / "index.html"
+COLAB_DIR = ROOT / "_build" / "colab"
 
 
 def say(message: str) -> None:
@@ -79,18 +86,22 @@ def requirements_hash() -> str:
     return digest.hexdigest()
 
 
-def ensure_venv() -> None:
-    """Create `.venv` if needed and install the locked requirements when they have changed."""
-    if not PYTHON.exists():
-        say(f"creating virtual environment {VENV}")
-        if run(sys.executable, "-m", "venv", VENV) != 0:
+def create_venv(venv: Path, python: Path) -> None:
+    if not python.exists():
+        say(f"creating virtual environment {venv}")
+        if run(sys.executable, "-m", "venv", venv) != 0:
             # Some Linux distributions ship Python without ensurepip: make the venv without pip,
             # then let this interpreter's pip put pip into it.
             say("venv without ensurepip; bootstrapping pip into it with this Python's pip")
-            created = run(sys.executable, "-m", "venv", "--clear", "--without-pip", VENV) == 0
-            bootstrap = (sys.executable, "-m", "pip", "--python", PYTHON, "install", "pip")
+            created = run(sys.executable, "-m", "venv", "--clear", "--without-pip", venv) == 0
+            bootstrap = (sys.executable, "-m", "pip", "--python", python, "install", "pip")
             if not (created and run(*bootstrap) == 0):
-                sys.exit("[tasks] could not create .venv: install the python3-venv package")
+                sys.exit(f"[tasks] could not create {venv.name}: install the python3-venv package")
+
+
+def ensure_venv() -> None:
+    """Create `.venv` if needed and install the locked requirements when they have changed."""
+    create_venv(VENV, PYTHON)
     wanted = requirements_hash()
     if STAMP.exists() and STAMP.read_text().strip() == wanted:
         say(".venv is up to date")
@@ -107,6 +118,39 @@ def cpu_count() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def torch_pin() -> str:
+    """The torch line of constraints.txt (the CPU build that the book is tested with)."""
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.split("==")[0].strip().lower() == "torch":
+            return line.strip()
+    sys.exit("[tasks] constraints.txt pins no torch")
+
+
+def ensure_classic_venv() -> None:
+    """Create `.venv-classic`, the classic Notebook with ipywidgets 7, for the front-end tests.
+
+    It holds requirements-classic.txt (notebook 6.5.7, ipywidgets 7.7.1, widgetsnbextension
+    3.6.10, vitbook itself) and the torch of constraints.txt, everything from PyPI; it is
+    reinstalled only when that list, the torch pin or pyproject.toml change.
+    """
+    create_venv(CLASSIC_VENV, CLASSIC_PYTHON)
+    pins = (ROOT / CLASSIC_REQUIREMENTS).read_text() + torch_pin() + "\n"
+    pins += (ROOT / "pyproject.toml").read_text()
+    wanted = hashlib.sha256(pins.encode()).hexdigest()
+    if CLASSIC_STAMP.exists() and CLASSIC_STAMP.read_text().strip() == wanted:
+        say(".venv-classic is up to date")
+        return
+    say("installing the classic Notebook with ipywidgets 7 into .venv-classic")
+    pip = (CLASSIC_PYTHON, "-m", "pip", "install", "--disable-pip-version-check")
+    if run(*pip, "-r", CLASSIC_REQUIREMENTS, torch_pin()) != 0:
+        sys.exit(
+            "[tasks] pip install into .venv-classic failed (it needs PyPI, and the PyTorch CPU "
+            "index for torch: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu); delete "
+            ".venv-classic and run python3 tasks.py test again"
+        )
+    CLASSIC_STAMP.write_text(wanted + "\n")
 
 
 def tool_env(threads: int | None = None) -> dict[str, str]:
@@ -162,6 +206,10 @@ def book() -> int:
 def test(pytest_args: list[str]) -> int:
     """Lint, then run pytest: unit tests, doctests, the book build and every notebook."""
     ensure_system_packages()
+    try:
+        ensure_classic_venv()
+    except SystemExit as error:  # the other tests still run; tests/test_frontends.py says why
+        say(f"{error} (continuing: the classic-Notebook test will fail)")
     workers = pytest_workers(pytest_args)
     env = tool_env(threads=1 if workers else None)
     # Agg for figures made inside pytest itself. Notebook kernels started by the book tests get
@@ -187,6 +235,14 @@ def test(pytest_args: list[str]) -> int:
     return 1 if failed else 0
 
 
+def colab() -> int:
+    """Write the Colab-ready copy of every chapter into _build/colab/book/ (plain Markdown)."""
+    code = run(PYTHON, ROOT / "book" / "_ext" / "colab.py", COLAB_DIR, env=tool_env())
+    if code == 0:
+        say(f"Colab notebooks written to {COLAB_DIR / 'book'}")
+    return code
+
+
 def bench(bench_args: list[str]) -> int:
     """Run the benchmarks (not part of the tests): speed, machine limit, memory, book budget."""
     return run(PYTHON, ROOT / "benchmarks" / "run.py", *bench_args, env=tool_env())
@@ -194,16 +250,18 @@ def bench(bench_args: list[str]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["book", "test", "bench"])
+    parser.add_argument("command", choices=["book", "test", "colab", "bench"])
     args, extra = parser.parse_known_args()
-    if args.command == "book" and extra:
-        parser.error(f"unexpected arguments for book: {' '.join(extra)}")
+    if args.command in ("book", "colab") and extra:
+        parser.error(f"unexpected arguments for {args.command}: {' '.join(extra)}")
     if sys.version_info < (3, 10):  # noqa: UP036 (the guard is for older interpreters)
         sys.exit(f"[tasks] vitbook needs Python 3.10 or newer, not {sys.version.split()[0]}")
     os.chdir(ROOT)
     ensure_venv()
     if args.command == "bench":
         return bench(extra)
+    if args.command == "colab":
+        return colab()
     return book() if args.command == "book" else test(extra)
 
 

@@ -140,7 +140,11 @@ def test_config_links_to_the_repository_and_colab(book_config):
 def test_config_keeps_pages_offline(book_config):
     sphinx = book_config["sphinx"]
     assert "sphinx-mathjax-offline" in sphinx["extra_extensions"]
-    assert sphinx["local_extensions"] == {"offline_book": "book/_ext", "figure_guard": "book/_ext"}
+    assert sphinx["local_extensions"] == {
+        "offline_book": "book/_ext",
+        "figure_guard": "book/_ext",
+        "colab": "book/_ext",
+    }
     config = sphinx["config"]
     assert "://" not in config["mathjax_path"], "MathJax is served from the build, not a CDN"
     assert config["nb_ipywidgets_js"] == {}, "no widget manager or require.js from a CDN"
@@ -188,11 +192,13 @@ def test_built_notebook_page_is_executed_and_opens_in_colab(notebook, built_book
     assert "cell_output" in html, f"{page} shows no executed output"
     repository = book_config["repository"]
     owner_repo = repository["url"].removeprefix("https://github.com/")
-    colab = (
-        f"https://colab.research.google.com/github/{owner_repo}/blob/"
-        f"{repository['branch']}/{relative(notebook)}"
-    )
-    assert colab in html, f"{page} has no launch button to {colab}"
+    # The button opens the generated, plain-Markdown copy on the colab branch (book/_ext/colab.py),
+    # never the MyST source on the main branch.
+    branch = book_config["sphinx"]["config"]["colab_branch"]
+    assert branch != repository["branch"]
+    colab = f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/"
+    assert f'href="{colab}{relative(notebook)}"' in html, f"{page} has no launch button to {colab}"
+    assert f"/blob/{repository['branch']}/{relative(notebook)}" not in html
 
 
 @pytest.mark.book

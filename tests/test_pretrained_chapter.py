@@ -56,13 +56,15 @@ def test_vit_b16_from_the_cache_has_the_originals_logits_and_attention(vit_b16_c
         torch.testing.assert_close(ours, theirs, **PARITY)
 
 
-@pytest.mark.book
-def test_chapter_runs_its_online_path_on_the_cached_vit_b16(vit_b16_cache, monkeypatch):
+def run_chapter(monkeypatch, hub_home) -> tuple[str, float]:
+    """Execute the chapter with the Hugging Face cache in ``hub_home``, never the network.
+
+    Returns everything it printed or showed (text and HTML) and the seconds it took.
+    """
     from nbclient import NotebookClient
 
-    root, _ = vit_b16_cache
-    monkeypatch.setenv("HF_HOME", str(root))
-    monkeypatch.setenv("HF_HUB_CACHE", str(root / "hub"))
+    monkeypatch.setenv("HF_HOME", str(hub_home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_home / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the cache, never the network
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel draws with the inline backend
     notebook = nbformat.read(CHAPTER, as_version=4)
@@ -77,9 +79,32 @@ def test_chapter_runs_its_online_path_on_the_cached_vit_b16(vit_b16_cache, monke
         for output in cell.get("outputs", []):
             texts.append(output.get("text", ""))
             texts.append(output.get("data", {}).get("text/html", ""))
-    text = "\n".join(texts)
-    assert f"Online: {DEFAULT_CHECKPOINT}</p><p>1000 classes, 86,567,656 parameters" in text
-    assert "Offline" not in text
+    return "\n".join(texts), seconds
+
+
+@pytest.mark.book
+def test_chapter_runs_its_online_path_on_the_cached_vit_b16(vit_b16_cache, monkeypatch):
+    root, _ = vit_b16_cache
+    text, seconds = run_chapter(monkeypatch, root)
+    assert f"model: {DEFAULT_CHECKPOINT}\n" in text
+    assert "86,567,656 parameters, 1000 classes" in text
+    assert 'class="admonition' not in text, "the note is for builds without a network only"
+    assert "without a network" not in text and "digits" not in text
     assert "224 x 224 pixels, 14 x 14 patches of 16 x 16, D = 768\n12 blocks of 12 heads" in text
     assert "grace_hopper\n" in text and "Exercise 2: correct" in text
     print(f"online path of {CHAPTER.name}: {seconds:.1f} s")
+
+
+@pytest.mark.book
+def test_chapter_without_a_network_says_so_to_the_reader(tmp_path, monkeypatch):
+    text, seconds = run_chapter(monkeypatch, tmp_path)  # an empty cache
+    notes = text.split('<div class="admonition note">')[1:]
+    assert len(notes) == 1, "one note, under the loading cell"
+    shown = notes[0].split("</div>")[0]
+    assert "This copy of the book was built without a network" in shown
+    assert "open the chapter in Colab" in shown and "ViT-B/16" in shown
+    for log_text in ("HF_HUB_OFFLINE", "Error", "error", "Traceback", "huggingface_hub", "http"):
+        assert log_text not in shown, f"the note reads like a log: {log_text!r} in {shown!r}"
+    assert "model: vitbook digits ViT (" in text
+    assert "Exercise 2: correct" in text
+    print(f"offline path of {CHAPTER.name}: {seconds:.1f} s")

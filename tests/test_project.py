@@ -127,7 +127,9 @@ def test_the_managed_environment_is_exactly_the_lock():
 
 
 def test_repository_url_is_the_same_everywhere():
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+    full = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    config = full["repository"]
+    colab_branch = full["sphinx"]["config"]["colab_branch"]  # Colab opens the generated copies
     owner_repo = config["url"].removeprefix("https://github.com/")
     files = [ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "book").rglob("*.*"))]
     github = re.compile(
@@ -145,7 +147,7 @@ def test_repository_url_is_the_same_everywhere():
         wrong += [
             (path.name, f"{found}@{branch}")
             for found, branch in colab.findall(text)
-            if (found, branch) != (owner_repo, config["branch"])
+            if (found, branch) != (owner_repo, colab_branch)
         ]
     assert not wrong, f"copies of the repository URL that differ from _config.yml: {wrong}"
 
@@ -164,3 +166,25 @@ def test_the_publish_workflow_builds_with_the_readme_command_and_deploys_the_htm
     deploy = workflow["jobs"]["deploy"]
     assert deploy["needs"] == "build"
     assert deploy["steps"][0]["uses"].startswith("actions/deploy-pages@")
+
+
+def test_the_publish_workflow_builds_online_caches_the_hub_and_pushes_the_colab_notebooks():
+    workflow = yaml.safe_load((ROOT / ".github/workflows/publish.yml").read_text(encoding="utf-8"))
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert workflow["permissions"]["contents"] == "write", "pushing the colab branch needs it"
+    steps = workflow["jobs"]["build"]["steps"]
+    (build,) = [i for i, step in enumerate(steps) if step.get("run") == "python3 tasks.py book"]
+    assert steps[build]["env"]["HF_HUB_OFFLINE"] == "0", "the published book downloads ViT-B/16"
+    caches = [i for i, step in enumerate(steps) if step.get("uses", "").startswith("actions/cache")]
+    assert caches and caches[0] < build, "the Hugging Face cache is restored before the build"
+    assert "huggingface/hub" in steps[caches[0]]["with"]["path"]
+    assert steps[caches[0]]["with"]["key"]
+    (colab,) = [i for i, step in enumerate(steps) if step.get("run") == "python3 tasks.py colab"]
+    branch = config["sphinx"]["config"]["colab_branch"]
+    pushes = [i for i, step in enumerate(steps) if "git push" in step.get("run", "")]
+    assert pushes and build < colab < pushes[0], "the notebooks are written, then pushed"
+    push = steps[pushes[0]]["run"]
+    assert f"git init -q -b {branch}" in push and push.rstrip().endswith(f'.git" {branch}')
+    assert "_build/colab" in push and "git add README.md book" in push
+    # The README's test command stays offline: tasks.py defaults to HF_HUB_OFFLINE=1.
+    assert 'env.setdefault("HF_HUB_OFFLINE", "1")' in (ROOT / "tasks.py").read_text()

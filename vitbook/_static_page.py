@@ -82,34 +82,72 @@ STYLE = (
 )
 
 # Show the frame of the current controls; ES5, no library, nothing loaded from anywhere.
+# Every figure's copy of the script initialises every figure not yet marked data-ready: front ends
+# insert outputs in different ways (the classic notebook evaluates inline scripts from a temporary
+# <script> in <head>, so document.currentScript is not inside the figure), and a figure whose
+# script ran before it was attached is picked up by the next one or on the next tick. A slider
+# takes its keys itself and keeps them from the page: JupyterLab's command mode would otherwise
+# take the arrow keys (and cancel their default action).
 SCRIPT = """(function () {
-  var scripts = document.querySelectorAll(".vitbook-explorer > script.vbx-js");
-  var root = (document.currentScript || scripts[scripts.length - 1]).parentNode;
-  var img = root.querySelector("img.vbx-frame");
-  var frames = JSON.parse(root.querySelector("script.vbx-frames").textContent);
-  frames[img.getAttribute("data-key")] = img.getAttribute("src");
-  var controls = root.querySelectorAll("[data-param]");
-  function show() {
-    var key = [], values = [];
-    for (var i = 0; i < controls.length; i++) {
-      var control = controls[i], text;
-      key.push(control.value);
-      if (control.type === "range") {
-        text = JSON.parse(control.getAttribute("data-labels"))[control.value];
-        control.parentNode.querySelector("output").textContent = text;
-      } else {
-        text = control.options[control.selectedIndex].textContent;
+  var STEPS = {ArrowRight: 1, ArrowUp: 1, ArrowLeft: -1, ArrowDown: -1, Right: 1, Up: 1,
+               Left: -1, Down: -1, PageUp: 10, PageDown: -10};
+  function init(root) {
+    root.setAttribute("data-ready", "true");
+    var img = root.querySelector("img.vbx-frame");
+    var frames = JSON.parse(root.querySelector("script.vbx-frames").textContent);
+    frames[img.getAttribute("data-key")] = img.getAttribute("src");
+    var controls = root.querySelectorAll("[data-param]");
+    function show() {
+      var key = [], values = [];
+      for (var i = 0; i < controls.length; i++) {
+        var control = controls[i], text;
+        key.push(control.value);
+        if (control.type === "range") {
+          text = JSON.parse(control.getAttribute("data-labels"))[control.value];
+          control.parentNode.querySelector("output").textContent = text;
+        } else {
+          text = control.options[control.selectedIndex].textContent;
+        }
+        values.push(control.parentNode.getAttribute("data-label") + " = " + text);
       }
-      values.push(control.parentNode.getAttribute("data-label") + " = " + text);
+      img.setAttribute("data-key", key.join(","));
+      img.alt = img.getAttribute("data-description") + " (" + values.join(", ") + ")";
+      img.src = frames[key.join(",")];
     }
-    img.setAttribute("data-key", key.join(","));
-    img.alt = img.getAttribute("data-description") + " (" + values.join(", ") + ")";
-    img.src = frames[key.join(",")];
+    function onKey(event) {
+      var control = event.currentTarget, last = Number(control.max), value = Number(control.value);
+      var step = STEPS[event.key];
+      if (step !== undefined) {
+        var big = Math.max(1, Math.round((last + 1) / 10));
+        value += Math.abs(step) === 10 ? (step > 0 ? big : -big) : step;
+      } else if (event.key === "Home") {
+        value = 0;
+      } else if (event.key === "End") {
+        value = last;
+      } else {
+        return;
+      }
+      event.preventDefault();
+      event.stopPropagation();
+      control.value = String(Math.min(last, Math.max(0, value)));
+      show();
+    }
+    for (var i = 0; i < controls.length; i++) {
+      controls[i].addEventListener("input", show);
+      controls[i].addEventListener("change", show);
+      if (controls[i].type === "range") controls[i].addEventListener("keydown", onKey);
+    }
+    show();
   }
-  for (var i = 0; i < controls.length; i++) {
-    controls[i].addEventListener("input", show);
-    controls[i].addEventListener("change", show);
+  function initAll() {
+    var roots = document.querySelectorAll(".vitbook-explorer");
+    for (var i = 0; i < roots.length; i++) {
+      if (!roots[i].getAttribute("data-ready")) init(roots[i]);
+    }
   }
-  show();
-  root.setAttribute("data-ready", "true");
+  var own = document.currentScript && document.currentScript.parentNode;
+  if (own && own.classList && own.classList.contains("vitbook-explorer") &&
+      !own.getAttribute("data-ready")) init(own);
+  initAll();
+  setTimeout(initAll, 0);
 })();"""

@@ -321,7 +321,15 @@ class Explorer:
         return buffer.getvalue()
 
     def live(self):
-        """The live figure: a ``VBox`` of the controls, one per parameter, then an ``Output``."""
+        """The live figure: a ``VBox`` of one control per parameter, an ``Image`` and an ``HTML``.
+
+        The picture is an ``ipywidgets.Image`` fed with PNG bytes, a core widget that every
+        widget manager renders (an ``Output`` widget fails to load with some versions of the
+        classic notebook's, widgetsnbextension 3.6.7 to 3.6.10). An error of ``plot_fn`` shows
+        in the ``HTML`` widget under it, in place of the picture.
+        """
+        import html
+
         import ipywidgets as widgets
 
         controls = []
@@ -342,40 +350,28 @@ class Explorer:
                         **common,
                     )
                 )
-        out = widgets.Output()
-        from IPython import get_ipython
-        from IPython.display import display
-
-        # In a kernel, draw the way interactive_output does: inside `with out:`, whose outputs
-        # every front end (Colab's too) routes into the Output widget. Without one (a script,
-        # the tests), set the widget's outputs directly.
-        in_kernel = getattr(get_ipython(), "kernel", None) is not None
+        picture = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        error = widgets.HTML(layout=widgets.Layout(display="none"))
 
         def redraw(change: object = None) -> None:
             indices = tuple(control.index for control in controls)
             try:
-                png = base64.b64encode(self.png(indices)).decode("ascii")
-                shown = {
-                    "output_type": "display_data",
-                    "metadata": {},
-                    "data": {"image/png": png, "text/plain": "<Figure>"},
-                }
+                png = self.png(indices)
             except Exception:  # show the error under the controls, as a notebook cell would
-                shown = {"output_type": "stream", "name": "stderr", "text": traceback.format_exc()}
-            if not in_kernel:
-                out.outputs = (shown,)
+                error.value = (
+                    '<pre style="color:#b00020;white-space:pre-wrap;margin:0">'
+                    f"{html.escape(traceback.format_exc())}</pre>"
+                )
+                error.layout.display, picture.layout.display = None, "none"
                 return
-            with out:
-                out.clear_output(wait=True)
-                if shown["output_type"] == "stream":
-                    print(shown["text"], file=sys.stderr)
-                else:
-                    display(shown["data"], raw=True)
+            picture.value = png
+            error.value = ""
+            error.layout.display, picture.layout.display = "none", None
 
         for control in controls:
             control.observe(redraw, names="index")
         redraw()
-        return widgets.VBox([*controls, out])
+        return widgets.VBox([*controls, picture, error])
 
     def frames(self) -> dict[str, str]:
         """Every frame as a ``data:`` URI, keyed by the indices of the values, e.g. ``"2,0"``."""

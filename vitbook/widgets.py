@@ -9,7 +9,7 @@ for the values that the controls show.
 MIME bundle with two representations of the same figure:
 
 * ``application/vnd.jupyter.widget-view+json``: live core ipywidgets, a ``SelectionSlider`` or a
-  ``Dropdown`` per parameter above an ``Output``. Moving a control calls ``plot_fn`` in the kernel
+  ``Dropdown`` per parameter above an ``Image``. Moving a control calls ``plot_fn`` in the kernel
   and replaces the picture (rendered to PNG here, so no matplotlib backend is needed). Notebook
   front ends with a widget manager (JupyterLab, Notebook, VS Code, Colab) rank this representation
   first. The widget-view dictionary is written out by hand, the same for ipywidgets 7 (Colab)

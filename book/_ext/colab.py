@@ -1,0 +1,533 @@
+"""Colab-ready notebooks from the MyST chapters, and the Colab launch buttons that open them.
+
+The chapters are written in MyST: ``{cite}`` and ``{doc}`` roles, ``{admonition}`` boxes, hidden
+solution cells. Only the Jupyter Book build reads MyST; JupyterLab, the classic notebook and Colab
+show it as raw text. This module writes a plain copy of every chapter listed in ``_toc.yml``:
+
+- a citation becomes "(Author et al., year)", linked to the published bibliography page;
+- ``{doc}``, ``{ref}`` and ``{numref}`` become links to the published pages;
+- an admonition (``{admonition}``, ``{note}``, ``{warning}``, ... in backtick or colon fences)
+  becomes a quoted block with a bold title; ``{math}`` becomes ``$$`` maths, which is kept;
+- a solution (a code cell tagged ``hide-cell``) becomes a collapsed cell: first line
+  ``#@title Solution`` and the metadata ``cellView: form`` (Colab) and
+  ``jupyter.source_hidden`` (JupyterLab, Notebook);
+- a figure caption (cell metadata ``mystnb.figure.caption``) becomes a Markdown cell after the
+  figure's cell;
+- every code cell is kept, in order: hidden set-up cells stay runnable and the Colab install cell
+  stays first.
+
+Anything MyST that it does not know how to write in plain Markdown stops the conversion with an
+error naming the chapter, so no raw markup reaches a reader.
+
+    python book/_ext/colab.py [OUT]   # default OUT: _build/colab (python3 tasks.py colab)
+
+writes ``OUT/book/<chapter>.ipynb``. The publish workflow pushes that folder to the branch
+``colab_branch`` of ``_config.yml`` (``sphinx.config``), and as a Sphinx extension this module
+points the Colab launch button of every page at that branch's copy. The published site's URL, the
+one place where it is derived, is :func:`site_url`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "_build" / "colab"
+COLAB = "https://colab.research.google.com"
+DEFAULT_COLAB_BRANCH = "colab"
+
+ADMONITIONS = {
+    "admonition": None,  # the title is the directive's argument
+    "note": "Note",
+    "warning": "Warning",
+    "tip": "Tip",
+    "hint": "Hint",
+    "important": "Important",
+    "caution": "Caution",
+    "attention": "Attention",
+    "danger": "Danger",
+    "error": "Error",
+    "seealso": "See also",
+}
+# `{name}` followed by a code span is a role; a code span alone is literal code, left as it is.
+ROLE_OR_CODE = re.compile(
+    r"(?:\{(?P<role>[a-zA-Z][\w:+-]*)\})?(?P<ticks>`+)(?P<body>.+?)(?P=ticks)"
+)
+FENCE_OPEN = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,}|:{3,})\s*(?P<info>.*)$")
+DIRECTIVE = re.compile(r"^\{(?P<name>[\w:-]+)\}\s*(?P<argument>.*)$")
+TARGET = re.compile(r"^\s*\((?P<label>[^()\s]+)\)=\s*$")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.S)
+
+
+class ConversionError(ValueError):
+    """MyST that has no plain-Markdown form here; the message names the chapter and the markup."""
+
+
+# --- configuration: the one place that derives published URLs ---------------------------------
+
+
+def read_config(root: Path = ROOT) -> dict:
+    import yaml
+
+    return yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+
+
+def owner_repo(config: dict) -> tuple[str, str]:
+    url = config["repository"]["url"].rstrip("/").removesuffix(".git")
+    match = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", url)
+    if not match:
+        raise ValueError(f"repository.url={url!r} in _config.yml is not a GitHub repository URL")
+    return match[1], match[2]
+
+
+def site_url(config: dict) -> str:
+    """The published book: GitHub Pages of ``repository.url``, ending with a slash."""
+    owner, repo = owner_repo(config)
+    if repo.lower() == f"{owner.lower()}.github.io":  # a user or organisation site
+        return f"https://{owner.lower()}.github.io/"
+    return f"https://{owner.lower()}.github.io/{repo}/"
+
+
+def colab_branch(config: dict) -> str:
+    return (config.get("sphinx", {}).get("config") or {}).get("colab_branch", DEFAULT_COLAB_BRANCH)
+
+
+def colab_url(config: dict, page: str) -> str:
+    """Where Colab opens the generated copy of ``page`` (e.g. ``book/patches``)."""
+    owner, repo = owner_repo(config)
+    return f"{COLAB}/github/{owner}/{repo}/blob/{colab_branch(config)}/{page}.ipynb"
+
+
+def toc_pages(root: Path = ROOT) -> list[str]:
+    """Every page of ``_toc.yml`` in reading order, without suffix (``book/intro``, ...)."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+
+    def walk(items: list[dict]) -> None:
+        for item in items:
+            if "file" in item:
+                pages.append(item["file"])
+            for key in ("parts", "chapters", "sections"):
+                walk(item.get(key, []))
+
+    walk([{key: toc.get(key, []) for key in ("parts", "chapters")}])
+    return [page.removesuffix(".ipynb").removesuffix(".md") for page in pages]
+
+
+# --- what the book knows: page titles, labels, bibliography ------------------------------------
+
+
+def _source(cell: dict) -> str:
+    text = cell.get("source", "")
+    return text if isinstance(text, str) else "".join(text)
+
+
+def _markdown_of(path: Path) -> list[str]:
+    if path.suffix == ".md":
+        return [path.read_text(encoding="utf-8")]
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return [_source(cell) for cell in cells if cell["cell_type"] == "markdown"]
+
+
+def make_id(label: str) -> str:
+    """The HTML id that Sphinx gives a label (docutils' rule: lower case, dashes)."""
+    from docutils.nodes import make_id as docutils_make_id
+
+    return docutils_make_id(label)
+
+
+@dataclass
+class Target:
+    page: str  # e.g. "book/patches"
+    anchor: str  # "" for the page itself
+    title: str  # what {ref} shows
+    number: str = ""  # what {numref} shows, e.g. "1" for Fig. 1
+
+
+@dataclass
+class Book:
+    """The facts about the whole book that the conversion of one chapter needs."""
+
+    root: Path
+    config: dict
+    pages: list[str]
+    titles: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, Target] = field(default_factory=dict)
+    citations: dict[str, tuple[str, str]] = field(default_factory=dict)  # key: (authors, year)
+
+    @property
+    def site(self) -> str:
+        return site_url(self.config)
+
+    def page_url(self, page: str, anchor: str = "") -> str:
+        return f"{self.site}{page}.html" + (f"#{anchor}" if anchor else "")
+
+    @property
+    def bibliography_url(self) -> str:
+        pages = [page for page in self.pages if page.rsplit("/", 1)[-1] == "bibliography"]
+        if len(pages) != 1:
+            raise ConversionError("_toc.yml needs exactly one page named bibliography")
+        return self.page_url(pages[0])
+
+
+def _source_path(root: Path, page: str) -> Path:
+    for suffix in (".ipynb", ".md"):
+        if (root / f"{page}{suffix}").exists():
+            return root / f"{page}{suffix}"
+    raise ConversionError(f"_toc.yml lists {page}, which has no .ipynb or .md source")
+
+
+def _plain_title(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _surname(person) -> str:
+    from pybtex.richtext import Text
+
+    return str(Text.from_latex(" ".join(person.prelast_names + person.last_names)))
+
+
+def read_bibliography(paths: list[Path]) -> dict[str, tuple[str, str]]:
+    from pybtex.database import parse_file
+
+    found = {}
+    for path in paths:
+        for key, entry in parse_file(str(path)).entries.items():
+            people = entry.persons.get("author") or entry.persons.get("editor") or []
+            names = [_surname(person) for person in people]
+            if not names:
+                authors = entry.fields.get("organization", key)
+            elif len(names) == 1:
+                authors = names[0]
+            elif len(names) == 2:
+                authors = f"{names[0]} and {names[1]}"
+            else:
+                authors = f"{names[0]} et al."
+            found[key] = (authors, entry.fields.get("year", "n.d."))
+    return found
+
+
+def prose_lines(lines: list[str]):
+    """The lines of Markdown that are not inside a plain code block (directives' bodies are)."""
+    open_fences: list[tuple[str, bool]] = []  # (fence, is a plain code block)
+    for line in lines:
+        opening = FENCE_OPEN.match(line)
+        if open_fences:
+            fence, plain = open_fences[-1]
+            if re.match(rf"^\s*{re.escape(fence[0])}{{{len(fence)},}}\s*$", line):
+                open_fences.pop()
+                continue
+            if plain:
+                continue
+        if opening:
+            plain = DIRECTIVE.match(opening["info"].strip()) is None
+            open_fences.append((opening["fence"], plain))
+            continue
+        yield line
+
+
+def load_book(root: Path = ROOT) -> Book:
+    config = read_config(root)
+    book = Book(root=root, config=config, pages=toc_pages(root))
+    for page in book.pages:
+        path = _source_path(root, page)
+        label: str | None = None
+        figures = 0
+        for text in _markdown_of(path):
+            for line in prose_lines(text.splitlines()):
+                heading = HEADING.match(line)
+                if heading:
+                    title = _plain_title(heading[2])
+                    if heading[1] == "#" and page not in book.titles:
+                        book.titles[page] = title
+                    if label:
+                        book.labels[label] = Target(page, make_id(label), title)
+                        label = None
+                target = TARGET.match(line)
+                if target:
+                    label = target["label"]
+        if path.suffix == ".ipynb":
+            for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+                figure = cell.get("metadata", {}).get("mystnb", {}).get("figure")
+                if figure:
+                    figures += 1
+                    if figure.get("name"):
+                        caption = _plain_title(str(figure.get("caption", "")))
+                        book.labels[figure["name"]] = Target(
+                            page, make_id(figure["name"]), caption, str(figures)
+                        )
+        if page not in book.titles:
+            raise ConversionError(f"{path.name} has no top-level '# ' title")
+    bibfiles = [root / name for name in config.get("bibtex_bibfiles", [])]
+    book.citations = read_bibliography(bibfiles)
+    return book
+
+
+# --- Markdown: roles, directives, targets --------------------------------------------------------
+
+
+@dataclass
+class Chapter:
+    book: Book
+    page: str  # e.g. "book/patches"
+
+    def fail(self, what: str) -> ConversionError:
+        return ConversionError(f"{self.page}: {what} has no plain-Markdown form in {__name__}")
+
+    def doc(self, target: str) -> str:
+        """A page named as {doc} names it (relative to the chapter, or absolute with /)."""
+        target = target.removesuffix(".ipynb").removesuffix(".md")
+        if target.startswith("/"):
+            page = target.lstrip("/")
+        else:
+            page = str(Path(self.page).parent / target).replace("\\", "/")
+        if page not in self.book.titles:
+            raise self.fail(f"{{doc}} to {target!r}, a page not in _toc.yml,")
+        return page
+
+    def role(self, name: str, body: str) -> str:
+        explicit = EXPLICIT.match(body)
+        text, target = (explicit["text"], explicit["target"]) if explicit else (None, body)
+        if name in ("cite", "cite:p", "cite:ps", "cite:t", "cite:ts", "cite:author", "cite:year"):
+            return self.cite(name, body)
+        if name == "doc":
+            page = self.doc(target)
+            return f"[{text or self.book.titles[page]}]({self.book.page_url(page)})"
+        if name in ("ref", "numref"):
+            found = self.book.labels.get(target)
+            if found is None:
+                raise self.fail(f"{{{name}}} to the unknown label {target!r}")
+            url = self.book.page_url(found.page, found.anchor)
+            if name == "ref":
+                shown = text or found.title
+            else:
+                pattern = text or "Fig. %s"
+                shown = pattern.replace("%s", found.number).replace("{number}", found.number)
+            return f"[{shown}]({url})"
+        if name in ("math", "m"):
+            return f"${body}$"
+        if name in ("abbr",):
+            return re.sub(r"\s*\(.*\)\s*$", "", body)
+        if name in ("sup", "sub"):
+            return f"<{name}>{body}</{name}>"
+        if name == "kbd":
+            return f"<kbd>{body}</kbd>"
+        raise self.fail(f"the role {{{name}}}`{body}`")
+
+    def cite(self, name: str, body: str) -> str:
+        keys = [key.strip() for key in body.split(",") if key.strip()]
+        unknown = [key for key in keys if key not in self.book.citations]
+        if unknown:
+            raise self.fail(f"a citation of {unknown}, not in the bibliography,")
+        url = self.book.bibliography_url
+        entries = [self.book.citations[key] for key in keys]
+        if name in ("cite:t", "cite:ts"):
+            return ", ".join(f"[{authors} ({year})]({url})" for authors, year in entries)
+        if name == "cite:author":
+            return ", ".join(f"[{authors}]({url})" for authors, _ in entries)
+        if name == "cite:year":
+            return ", ".join(f"[{year}]({url})" for _, year in entries)
+        return "(" + "; ".join(f"[{authors}, {year}]({url})" for authors, year in entries) + ")"
+
+    def inline(self, line: str) -> str:
+        """Roles of one line of prose written out; code spans left exactly as they are."""
+
+        def replace(match: re.Match) -> str:
+            if match["role"] is None:
+                return match[0]
+            return self.role(match["role"], match["body"].strip())
+
+        return ROLE_OR_CODE.sub(replace, line)
+
+    def markdown(self, text: str) -> str:
+        return "\n".join(self.lines(text.splitlines())).strip("\n")
+
+    def lines(self, lines: list[str]) -> list[str]:
+        out: list[str] = []
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            opening = FENCE_OPEN.match(line)
+            if TARGET.match(line) or re.match(r"^\s*%", line):  # label targets, MyST comments
+                i += 1
+                continue
+            if not opening:
+                out.append(self.inline(line))
+                i += 1
+                continue
+            fence, indent = opening["fence"], opening["indent"]
+            end = i + 1
+            closing = re.compile(rf"^\s*{re.escape(fence[0])}{{{len(fence)},}}\s*$")
+            while end < len(lines) and not closing.match(lines[end]):
+                end += 1
+            if end == len(lines):
+                raise self.fail(f"the fence {line.strip()!r}, never closed,")
+            body = lines[i + 1 : end]
+            directive = DIRECTIVE.match(opening["info"].strip())
+            if directive is None:
+                if fence[0] == ":":
+                    raise self.fail(f"the colon fence {line.strip()!r}")
+                out.extend(lines[i : end + 1])  # a plain code block, verbatim
+            else:
+                out.extend(
+                    indent + converted
+                    for converted in self.directive(
+                        directive["name"], directive["argument"].strip(), body
+                    )
+                )
+            i = end + 1
+        return out
+
+    def directive(self, name: str, argument: str, body: list[str]) -> list[str]:
+        options: dict[str, str] = {}
+        if body and body[0].strip() == "---":  # YAML options block
+            end = body.index("---", 1) if "---" in body[1:] else None
+            if end is None:
+                raise self.fail(f"the options of {{{name}}}")
+            body = body[end + 1 :]
+        while body and re.match(r"^\s*:[\w-]+:", body[0]):
+            key, _, value = body[0].strip()[1:].partition(":")
+            options[key] = value.strip()
+            body = body[1:]
+        if name in ADMONITIONS:
+            title = argument if name == "admonition" else ADMONITIONS[name]
+            if name == "admonition" and not title:
+                raise self.fail("an {admonition} without a title")
+            inner = self.lines(body)
+            while inner and not inner[-1].strip():
+                inner.pop()
+            while inner and not inner[0].strip():
+                inner.pop(0)
+            quoted = [f"> **{self.inline(title)}**", ">"]
+            quoted += [f"> {text}" if text.strip() else ">" for text in inner]
+            return quoted
+        if name == "math":
+            return ["$$", *body, "$$"]
+        if name in ("code", "code-block", "sourcecode"):
+            return [f"```{argument}", *body, "```"]
+        raise self.fail(f"the directive {{{name}}}")
+
+
+# --- notebooks --------------------------------------------------------------------------------
+
+
+def solution_title(cell: dict) -> str:
+    prompt = cell.get("metadata", {}).get("mystnb", {}).get("code_prompt_show", "Show solution")
+    title = re.sub(r"^(show|reveal)\s+", "", str(prompt).strip(), flags=re.I)
+    return title[:1].upper() + title[1:] if title else "Solution"
+
+
+def convert_notebook(book: Book, page: str, notebook: dict | None = None) -> dict:
+    """The Colab-ready copy of one chapter (by default its source file), as nbformat 4 JSON."""
+    if notebook is None:
+        notebook = json.loads(_source_path(book.root, page).read_text(encoding="utf-8"))
+    notebook = copy.deepcopy(notebook)
+    chapter = Chapter(book, page)
+    cells = []
+    for cell in notebook["cells"]:
+        cell = copy.deepcopy(cell)
+        meta = cell.setdefault("metadata", {})
+        tags = meta.get("tags", [])
+        if cell["cell_type"] == "markdown":
+            cell["source"] = chapter.markdown(_source(cell))
+            cells.append(cell)
+            continue
+        if cell["cell_type"] != "code":
+            cells.append(cell)
+            continue
+        source = _source(cell)
+        if "hide-cell" in tags:  # a solution: collapsed, with a title, still runnable
+            lines = source.split("\n")
+            magics = 0
+            while magics < len(lines) and lines[magics].startswith("%%"):
+                magics += 1  # a cell magic must stay on the first line
+            title = f"#@title {solution_title(cell)}"
+            source = "\n".join([*lines[:magics], title, *lines[magics:]])
+            meta["cellView"] = "form"
+            meta.setdefault("jupyter", {})["source_hidden"] = True
+        cell["source"] = source
+        cell["outputs"], cell["execution_count"] = [], None
+        cells.append(cell)
+        caption = meta.get("mystnb", {}).get("figure", {}).get("caption")
+        if caption:
+            text = chapter.markdown(str(caption))
+            figure_cell = {"cell_type": "markdown", "metadata": {}, "source": f"**Figure:** {text}"}
+            if "id" in cell:
+                figure_cell["id"] = f"{cell['id']}-caption"[:64]
+            cells.append(figure_cell)
+    first_markdown = next((c for c in cells if c["cell_type"] == "markdown"), None)
+    if first_markdown is not None:  # under the title: where this copy comes from
+        title, _, rest = first_markdown["source"].partition("\n")
+        origin = (
+            f"*The Colab copy of a chapter of [{book.config['title']}]({book.page_url(page)}), "
+            "generated from the book's source.*"
+        )
+        first_markdown["source"] = f"{title}\n\n{origin}\n{rest}".rstrip("\n")
+    notebook["cells"] = cells
+    notebook.setdefault("metadata", {})["colab"] = {"name": f"{Path(page).name}.ipynb"}
+    return notebook
+
+
+def chapters(book: Book) -> list[str]:
+    """The pages of the TOC that are notebooks: those that open in Colab."""
+    return [page for page in book.pages if (book.root / f"{page}.ipynb").exists()]
+
+
+def write_all(out: Path = DEFAULT_OUT, root: Path = ROOT) -> list[Path]:
+    """Write the Colab copy of every notebook chapter to ``out/<page>.ipynb``; return the paths."""
+    book = load_book(root)
+    written = []
+    for page in chapters(book):
+        notebook = convert_notebook(book, page)
+        target = out / f"{page}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", "utf-8")
+        written.append(target)
+    return written
+
+
+# --- Sphinx: the Colab launch button opens the generated copy ----------------------------------
+
+
+def point_colab_at_generated_copy(app, pagename, templatename, context, doctree) -> None:
+    """Rewrite the theme's Colab button from the source branch to the generated copy's branch."""
+    branch = app.config.colab_branch
+    source_branch = (app.config.html_theme_options or {}).get("repository_branch", "main")
+    for group in context.get("header_buttons", []):
+        if group.get("label") != "launch-buttons":
+            continue
+        for button in group.get("buttons", []):
+            url = button.get("url", "")
+            if url.startswith(COLAB):
+                button["url"] = url.replace(f"/blob/{source_branch}/", f"/blob/{branch}/", 1)
+
+
+def setup(app):
+    app.add_config_value("colab_branch", DEFAULT_COLAB_BRANCH, "html")
+    # After sphinx-book-theme adds its launch buttons (priority 501).
+    app.connect("html-page-context", point_colab_at_generated_copy, priority=600)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0]).resolve() if argv else DEFAULT_OUT
+    try:
+        written = write_all(out)
+    except ConversionError as error:
+        print(f"[colab] {error}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"[colab] wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,285 @@
+"""The Colab-ready notebooks (book/_ext/colab.py): plain Markdown, every code cell, working links.
+
+The chapters are MyST; front ends other than the HTML book show MyST as raw text. The converter
+writes a plain copy of each chapter. These tests check the copies of the real chapters (no role or
+directive left, every code cell in order, solutions collapsed, the install cell first, links to
+pages that exist), the conversion rules on small inputs, the Colab launch button's rewrite, and
+that a generated chapter runs top to bottom in a kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from types import SimpleNamespace
+from urllib.parse import urlsplit
+
+import pytest
+from booktools import ROOT, kernel_env, read_yaml, toc_entries
+
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import colab  # noqa: E402  (book/_ext is Sphinx's extension folder, not a package)
+
+LINK = re.compile(r"\]\((?P<url>[^)\s]+)\)")
+ROLE = re.compile(r"\{[a-zA-Z][\w:+-]*\}`")
+DIRECTIVE_FENCE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,})\s*\{")
+TARGET = re.compile(r"^\s*\([^()\s]+\)=\s*$", re.M)
+PLAIN_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+
+
+def text(cell: dict) -> str:
+    source = cell["source"]
+    return source if isinstance(source, str) else "".join(source)
+
+
+def outside_code(markdown: str) -> list[str]:
+    """Lines of Markdown outside code blocks, with code spans blanked out."""
+    lines, fence = [], None
+    for line in markdown.splitlines():
+        opening = PLAIN_FENCE.match(line)
+        if fence is None and opening:
+            fence = opening[1]
+            continue
+        if fence is not None:
+            if line.strip().startswith(fence) and not line.strip().strip(fence[0]):
+                fence = None
+            continue
+        lines.append(re.sub(r"(`+)(?!\{).+?\1", "``", line))
+    return lines
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+    """{page: (source notebook, generated notebook)} for every notebook chapter of _toc.yml."""
+    out = tmp_path_factory.mktemp("colab")
+    written = colab.write_all(out)
+    pairs = {}
+    for path in written:
+        page = path.relative_to(out).with_suffix("").as_posix()
+        source = json.loads((ROOT / f"{page}.ipynb").read_text(encoding="utf-8"))
+        pairs[page] = (source, json.loads(path.read_text(encoding="utf-8")))
+    return pairs
+
+
+def test_every_notebook_chapter_is_written_as_a_valid_notebook(generated):
+    import nbformat
+
+    notebooks = [e for e in toc_entries(read_yaml("_toc.yml")) if (ROOT / f"{e}.ipynb").exists()]
+    assert list(generated) == notebooks and len(notebooks) >= 10
+    for _, notebook in generated.values():
+        nbformat.validate(nbformat.from_dict(notebook))  # raises ValidationError
+
+
+def test_no_myst_role_or_directive_survives(generated):
+    left = []
+    for page, (_, notebook) in generated.items():
+        for i, cell in enumerate(notebook["cells"]):
+            if cell["cell_type"] != "markdown":
+                continue
+            body = text(cell)
+            left += [(page, i, line) for line in body.splitlines() if DIRECTIVE_FENCE.match(line)]
+            left += [(page, i, m[0]) for m in TARGET.finditer(body)]
+            for line in outside_code(body):
+                left += [(page, i, line) for _ in ROLE.finditer(line)]
+                if re.match(r"^\s*:[\w-]+:", line):  # a directive's option line
+                    left.append((page, i, line))
+    assert not left, f"MyST left in the Colab notebooks (page, cell, text): {left[:10]}"
+    sources = "".join(text(c) for s, _ in generated.values() for c in s["cells"])
+    assert "{cite}`" in sources and "```{admonition}" in sources, "the sources are still MyST"
+
+
+def test_every_code_cell_is_there_in_order_and_the_install_cell_first(generated):
+    for page, (source, notebook) in generated.items():
+        theirs = [text(c) for c in source["cells"] if c["cell_type"] == "code"]
+        ours = [text(c) for c in notebook["cells"] if c["cell_type"] == "code"]
+        # A solution only gains its title line.
+        ours = [re.sub(r"^#@title Solution\n", "", code) for code in ours]
+        assert ours == theirs, f"{page}: the code cells differ from the source's"
+        first = notebook["cells"][0]
+        assert first["cell_type"] == "code" and '"google.colab" in sys.modules' in text(first)
+        assert all(not c.get("outputs") for c in notebook["cells"] if c["cell_type"] == "code")
+        assert notebook["metadata"]["kernelspec"]["name"] == "python3"
+
+
+def test_solutions_are_collapsed_cells_after_their_stub(generated):
+    solutions = 0
+    for page, (source, notebook) in generated.items():
+        hidden = [c for c in source["cells"] if "hide-cell" in c["metadata"].get("tags", [])]
+        forms = [c for c in notebook["cells"] if c["metadata"].get("cellView") == "form"]
+        assert len(forms) == len(hidden), f"{page}: {len(hidden)} solutions, {len(forms)} forms"
+        for cell in forms:
+            assert text(cell).startswith("#@title Solution\n"), text(cell)[:80]
+            assert cell["metadata"]["jupyter"]["source_hidden"] is True
+        solutions += len(forms)
+    assert solutions >= 20
+
+
+def test_pitfalls_citations_and_links_read_as_plain_markdown(generated):
+    _, notebook = generated["book/pretrained"]
+    markdown = "\n".join(text(c) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    site = colab.site_url(read_yaml("_config.yml"))
+    assert site == "https://vitbook.github.io/vitbook/"
+    assert (
+        "> **Common pitfall: loading with strict=False**\n>\n> `model.load_state_dict(weights, "
+        "strict=False)` accepts"
+    ) in markdown
+    assert f"([Dosovitskiy et al., 2021]({site}book/bibliography.html))" in markdown
+    assert f"[The full model]({site}book/full_model.html)" in markdown
+    assert "$\\sqrt{\\sigma^2 + \\epsilon}$" in markdown, "maths is kept as it is"
+    assert f"[vitbook: Vision Transformers from scratch]({site}book/pretrained.html)" in markdown
+
+
+def published_links(generated) -> set[str]:
+    site = colab.site_url(read_yaml("_config.yml"))
+    links = set()
+    for _, notebook in generated.values():
+        for cell in notebook["cells"]:
+            if cell["cell_type"] == "markdown":
+                links |= {m["url"] for m in LINK.finditer(text(cell))}
+    ours = {url for url in links if url.startswith(site)}
+    assert len(ours) >= 10, "the chapters link to other pages of the book"
+    return ours
+
+
+def test_links_name_pages_of_the_book(generated):
+    site = colab.site_url(read_yaml("_config.yml"))
+    pages = set(toc_entries(read_yaml("_toc.yml")))
+    for url in published_links(generated):
+        path = urlsplit(url).path.removeprefix(urlsplit(site).path)
+        assert path.removesuffix(".html") in pages, f"{url} is not a page of _toc.yml"
+
+
+@pytest.mark.book
+def test_links_resolve_to_pages_of_the_built_book(generated, built_book):
+    site = colab.site_url(read_yaml("_config.yml"))
+    for url in published_links(generated):
+        parts = urlsplit(url)
+        page = built_book / parts.path.removeprefix(urlsplit(site).path)
+        assert page.is_file(), f"{url} is not a page of the built book ({page})"
+        if parts.fragment:
+            html = page.read_text(encoding="utf-8")
+            assert f'id="{parts.fragment}"' in html, f"{url}: no such anchor on the page"
+
+
+# --- the rules, on small inputs ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chapter():
+    book = colab.load_book(ROOT)
+    book.labels["fig-demo"] = colab.Target("book/patches", "fig-demo", "A demo", "2")
+    return colab.Chapter(book, "book/attention")
+
+
+def test_roles_become_links_and_code_spans_stay_literal(chapter):
+    site = chapter.book.site
+    bib = f"{site}book/bibliography.html"
+    assert chapter.markdown("As {cite:t}`vaswani2017attention` show") == (
+        f"As [Vaswani et al. (2017)]({bib}) show"
+    )
+    assert chapter.markdown("{cite:p}`ho2019axial,abnar2020rollout`") == (
+        f"([Ho et al., 2019]({bib}); [Abnar and Zuidema, 2020]({bib}))"
+    )
+    assert chapter.markdown("see {doc}`the notation <notation>`") == (
+        f"see [the notation]({site}book/notation.html)"
+    )
+    assert chapter.markdown("{numref}`fig-demo` and {ref}`fig-demo`") == (
+        f"[Fig. 2]({site}book/patches.html#fig-demo) and [A demo]({site}book/patches.html#fig-demo)"
+    )
+    assert chapter.markdown("write `{cite}` for a citation, {math}`x^2` inline") == (
+        "write `{cite}` for a citation, $x^2$ inline"
+    )
+    assert chapter.markdown("$\\operatorname{softmax}(x)_{i}$ and `blocks.{i}.norm1`") == (
+        "$\\operatorname{softmax}(x)_{i}$ and `blocks.{i}.norm1`"
+    )
+
+
+def test_directives_become_quotes_and_maths(chapter):
+    source = (
+        "(my-label)=\n% a comment\n:::{note}\nA {doc}`notation` note.\n\n```python\nx = 1\n```\n:::"
+        "\n\n````{warning}\nKeep `{x}`.\n````\n\n```{math}\na^2\n```"
+    )
+    assert chapter.markdown(source) == (
+        f"> **Note**\n>\n> A [Notation and shapes]({chapter.book.site}book/notation.html) "
+        "note.\n>\n"
+        "> ```python\n> x = 1\n> ```\n\n> **Warning**\n>\n> Keep `{x}`.\n\n$$\na^2\n$$"
+    )
+
+
+def test_unknown_markup_stops_the_conversion(chapter):
+    with pytest.raises(colab.ConversionError, match=r"book/attention: the role \{term\}"):
+        chapter.markdown("a {term}`token`")
+    with pytest.raises(colab.ConversionError, match=r"the directive \{figure\}"):
+        chapter.markdown("```{figure} a.png\nA caption\n```")
+    with pytest.raises(colab.ConversionError, match=r"not in the bibliography"):
+        chapter.markdown("{cite}`nobody1999`")
+    with pytest.raises(colab.ConversionError, match=r"not in _toc.yml"):
+        chapter.markdown("{doc}`nowhere`")
+
+
+def test_captions_follow_their_figure_and_cell_magics_stay_first():
+    book = colab.load_book(ROOT)
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": "# Title\n\nText.", "id": "a"},
+        {
+            "cell_type": "code",
+            "metadata": {"mystnb": {"figure": {"caption": "A {doc}`notation` map"}}},
+            "source": "plot()", "outputs": [], "execution_count": None, "id": "b",
+        },
+        {
+            "cell_type": "code", "metadata": {"tags": ["hide-cell"]}, "source": "%%time\nsolve()",
+            "outputs": [], "execution_count": None, "id": "c",
+        },
+    ]  # fmt: skip
+    source = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    out = colab.convert_notebook(book, "book/notation", source)["cells"]
+    assert [c["cell_type"] for c in out] == ["markdown", "code", "markdown", "code"]
+    notation = f"{book.site}book/notation.html"
+    assert out[2]["source"] == f"**Figure:** A [Notation and shapes]({notation}) map"
+    assert out[3]["source"] == "%%time\n#@title Solution\nsolve()"
+
+
+def test_the_colab_button_is_pointed_at_the_generated_copy():
+    url = "https://colab.research.google.com/github/vitbook/vitbook/blob/main/book/patches.ipynb"
+    context = {
+        "header_buttons": [
+            {"label": "download-buttons", "buttons": [{"url": "_sources/book/patches.ipynb"}]},
+            {"label": "launch-buttons", "buttons": [{"text": "Colab", "url": url}]},
+        ]
+    }
+    theme = {"repository_branch": "main"}
+    app = SimpleNamespace(config=SimpleNamespace(colab_branch="colab", html_theme_options=theme))
+    colab.point_colab_at_generated_copy(app, "book/patches", "page.html", context, None)
+    button = context["header_buttons"][1]["buttons"][0]
+    assert button["url"] == url.replace("/blob/main/", "/blob/colab/")
+    assert context["header_buttons"][0]["buttons"][0]["url"] == "_sources/book/patches.ipynb"
+    config = read_yaml("_config.yml")
+    assert colab.colab_url(config, "book/patches") == button["url"]
+
+
+# --- a generated chapter runs --------------------------------------------------------------------
+
+
+@pytest.mark.book
+def test_a_generated_chapter_runs_top_to_bottom(generated, tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    page = "book/notation"
+    path = tmp_path / "notation.ipynb"
+    path.write_text(json.dumps(generated[page][1]), encoding="utf-8")
+    notebook = nbformat.read(path, as_version=4)
+    for name, value in kernel_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    start = time.monotonic()
+    where = {"metadata": {"path": str(tmp_path)}}
+    # Raises CellExecutionError, with the cell and its traceback, on the first failing cell.
+    NotebookClient(notebook, timeout=120, kernel_name="python3", resources=where).execute()
+    install = notebook.cells[0]
+    assert "%pip install" in install.source and install.outputs == [], "install cell skipped"
+    ran = [c for c in notebook.cells if c.cell_type == "code" and c.execution_count]
+    assert len(ran) == sum(c.cell_type == "code" for c in notebook.cells)
+    print(f"{page} (Colab copy) ran in {time.monotonic() - start:.1f} s")
