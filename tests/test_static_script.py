@@ -137,3 +137,24 @@ def test_arrow_keys_move_the_slider_under_a_command_mode_handler(figures):
     page.locator("#notebook").focus()  # keys outside the figure still reach the notebook
     page.keyboard.press("ArrowDown")
     assert page.evaluate("window.commandModeKeys") == ["ArrowDown"]
+
+
+def test_a_figure_still_being_parsed_is_left_to_its_own_script(figures):
+    """A long page is parsed in pieces: another figure's script must not start a half figure."""
+    page, roots = figures
+    html = explore(plot_bar, height=range(1, 6)).to_html()
+    half = html[: html.index('<script type="application/json"')] + "</div>"  # no frames yet
+    page.evaluate(
+        """h => { const d = document.createElement("div"); d.id = "half"; d.innerHTML = h;
+                  document.getElementById("notebook").appendChild(d);
+                  const e = document.createElement("div"); e.id = "out3";
+                  document.getElementById("notebook").appendChild(e); }""",
+        half,
+    )
+    page.evaluate("args => insertLikeJQuery(args[0], args[1])", ["out3", html])
+    page.wait_for_timeout(50)  # the script also looks again on the next tick
+    half_root = page.locator("#half .vitbook-explorer")
+    assert half_root.get_attribute("data-ready") is None, "a half figure was started"
+    assert page.locator("#out3 .vitbook-explorer").get_attribute("data-ready") == "true"
+    page.evaluate("args => insertLikeJQuery(args[0], args[1])", ["half", html])  # now complete
+    assert page.locator("#half .vitbook-explorer").get_attribute("data-ready") == "true"

@@ -140,9 +140,12 @@ SCRIPT = """(function () {
     show();
   }
   function initAll() {
+    // A figure is complete once its own script element exists (it comes last): while a long
+    // page is still being parsed, a later figure may be there only in part.
     var roots = document.querySelectorAll(".vitbook-explorer");
     for (var i = 0; i < roots.length; i++) {
-      if (!roots[i].getAttribute("data-ready")) init(roots[i]);
+      var complete = roots[i].querySelector("script.vbx-js");
+      if (complete && !roots[i].getAttribute("data-ready")) init(roots[i]);
     }
   }
   var own = document.currentScript && document.currentScript.parentNode;
