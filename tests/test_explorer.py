@@ -299,3 +299,11 @@ def test_in_a_kernel_a_moved_slider_redraws_the_image_widget(monkeypatch):
     default = Image.open(io.BytesIO(local.png((1,))))
     assert np.array_equal(np.asarray(shown_now), np.asarray(expected))
     assert not np.array_equal(np.asarray(shown_now), np.asarray(default))
+
+
+def test_static_figures_can_be_switched_off_for_runs_that_only_execute(lines, monkeypatch):
+    monkeypatch.setenv("VITBOOK_STATIC_FIGURES", "0")
+    bundle = lines._repr_mimebundle_()
+    assert "text/html" not in bundle and WIDGET_VIEW in bundle
+    monkeypatch.setenv("VITBOOK_STATIC_FIGURES", "1")
+    assert "text/html" in lines._repr_mimebundle_()
