@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 
 from vitbook import ViTConfig, axial_attention_mask, plotting, sincos_1d, sincos_2d
 from vitbook.analysis import position_embedding_similarity
+from vitbook.experiments import load_results
 from vitbook.plotting import (
     plot_attention_cost,
     plot_attention_distance,
@@ -411,6 +412,7 @@ EXAMPLES = {
     "plot_lr_schedule": lambda: plotting.plot_lr_schedule(
         [min(1, (s + 1) / 10) for s in range(100)], steps_per_epoch=10, warmup_epochs=1
     ),
+    "plot_data_hunger": lambda: plotting.plot_data_hunger(load_results()),
     "plot_history": lambda: plotting.plot_history(
         History([2.0, 1.0, 0.5], [0.2, 0.6, 0.9], [0.3, 0.7, 0.8], [0.1] * 3), title="curves"
     ),

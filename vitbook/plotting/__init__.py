@@ -39,6 +39,7 @@ from vitbook.plotting.cost import (
     plot_attention_masks,
     plot_axial_crossover,
 )
+from vitbook.plotting.data_experiments import plot_data_hunger
 from vitbook.plotting.model import (
     plot_cost_by_part,
     plot_pipeline,
@@ -93,6 +94,7 @@ __all__ = [
     "plot_axial_reach",
     "plot_confusion",
     "plot_cost_by_part",
+    "plot_data_hunger",
     "plot_digits_by_class",
     "plot_filter_components",
     "plot_gradient_through_depth",
