@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 
 from vitbook import ViTConfig, axial_attention_mask, plotting, sincos_1d, sincos_2d
 from vitbook.analysis import position_embedding_similarity
+from vitbook.experiments import load_results
 from vitbook.plotting import (
     plot_attention_cost,
     plot_attention_distance,
@@ -417,6 +418,8 @@ EXAMPLES = {
     "plot_predictions": lambda: plotting.plot_predictions(
         torch.rand(16, 1, 8, 8), torch.arange(16) % 10, torch.softmax(torch.randn(16, 10), 1)
     ),
+    "plot_patch_size_experiment": lambda: plotting.plot_patch_size_experiment(load_results()),
+    "plot_position_experiment": lambda: plotting.plot_position_experiment(load_results()),
     "plot_confusion": lambda: plotting.plot_confusion(
         torch.eye(10, dtype=torch.long) * 40 + 1,
         torch.rand(20, 1, 8, 8),

@@ -39,6 +39,10 @@ from vitbook.plotting.cost import (
     plot_attention_masks,
     plot_axial_crossover,
 )
+from vitbook.plotting.experiments import (
+    plot_patch_size_experiment,
+    plot_position_experiment,
+)
 from vitbook.plotting.model import (
     plot_cost_by_part,
     plot_pipeline,
@@ -103,8 +107,10 @@ __all__ = [
     "plot_norm_order",
     "plot_norm_placement",
     "plot_patch_grid",
+    "plot_patch_size_experiment",
     "plot_patch_vector",
     "plot_pipeline",
+    "plot_position_experiment",
     "plot_position_similarity",
     "plot_predictions",
     "plot_query_weights",
