@@ -419,6 +419,8 @@ EXAMPLES = {
     "plot_predictions": lambda: plotting.plot_predictions(
         torch.rand(16, 1, 8, 8), torch.arange(16) % 10, torch.softmax(torch.randn(16, 10), 1)
     ),
+    "plot_patch_size_experiment": lambda: plotting.plot_patch_size_experiment(load_results()),
+    "plot_position_experiment": lambda: plotting.plot_position_experiment(load_results()),
     "plot_confusion": lambda: plotting.plot_confusion(
         torch.eye(10, dtype=torch.long) * 40 + 1,
         torch.rand(20, 1, 8, 8),

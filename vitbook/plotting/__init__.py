@@ -40,6 +40,10 @@ from vitbook.plotting.cost import (
     plot_axial_crossover,
 )
 from vitbook.plotting.data_experiments import plot_data_hunger
+from vitbook.plotting.experiments import (
+    plot_patch_size_experiment,
+    plot_position_experiment,
+)
 from vitbook.plotting.model import (
     plot_cost_by_part,
     plot_pipeline,
@@ -105,8 +109,10 @@ __all__ = [
     "plot_norm_order",
     "plot_norm_placement",
     "plot_patch_grid",
+    "plot_patch_size_experiment",
     "plot_patch_vector",
     "plot_pipeline",
+    "plot_position_experiment",
     "plot_position_similarity",
     "plot_predictions",
     "plot_query_weights",
