@@ -234,6 +234,14 @@ def prose_lines(lines: list[str]):
         yield line
 
 
+BOXED_TARGET = re.compile(
+    r"^\((?P<label>[^)\s]+)\)=[ \t]*\n(?:[ \t]*\n)*"
+    r"(?:`{3,}|:{3,})\{(?P<kind>admonition|note|warning|tip|important|caution|attention|danger"
+    r"|error|hint|seealso)\}[ \t]*(?P<title>[^\n]*)$",
+    re.MULTILINE,
+)
+
+
 def load_book(root: Path = ROOT) -> Book:
     config = read_config(root)
     book = Book(root=root, config=config, pages=toc_pages(root))
@@ -254,6 +262,12 @@ def load_book(root: Path = ROOT) -> Book:
                 target = TARGET.match(line)
                 if target:
                     label = target["label"]
+        for text in _markdown_of(path):  # a label just before a box names the box
+            for boxed in BOXED_TARGET.finditer(text):
+                title = boxed["title"].strip() or boxed["kind"].capitalize()
+                book.labels[boxed["label"]] = Target(
+                    page, make_id(boxed["label"]), _plain_title(title)
+                )
         if path.suffix == ".ipynb":
             for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
                 figure = cell.get("metadata", {}).get("mystnb", {}).get("figure")
