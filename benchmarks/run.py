@@ -2,13 +2,14 @@
 """Run vitbook's benchmarks, print their tables as Markdown, and optionally save them as JSON.
 
     python benchmarks/run.py [--quick] [--json PATH] [--markdown PATH]
-                             [--only speed,limit,memory,budget]
+                             [--only speed,limit,memory,threads,budget]
 
 Sections (all by default, in this order):
     speed   vitbook sdpa / explicit vs the nn.TransformerEncoderLayer reference, as ratios
     limit   ViT-B/16 inference MACs/s as a fraction of the machine's large-matmul throughput,
             and the top operators of a profiled forward pass
     memory  peak memory of a ViT-B/16 inference forward pass at batch 8, both attention impls
+    threads one torch thread against two for the book's tiny models, idle and with a core busy
     budget  every notebook of _toc.yml against its 30 s target (alone and in the full strict
             build), and the wall time of the test command
 
@@ -29,13 +30,14 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import budget, limit, memory, speed  # noqa: E402
+from benchmarks import budget, limit, memory, speed, threads  # noqa: E402
 from benchmarks.common import THREADS, Table, machine, set_threads  # noqa: E402
 
 SECTIONS: dict[str, Callable[..., list[Table]]] = {
     "speed": speed.run,
     "limit": limit.run,
     "memory": memory.run,
+    "threads": threads.run,
     "budget": budget.run,
 }
 

@@ -19,7 +19,10 @@ import torch
 from vitbook import VisionTransformer, ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK_SECTIONS = ["speed", "limit", "memory"]  # budget runs notebooks: tested on its own below
+# One worker runs them all, so that the quick benchmark run below is taken once.
+pytestmark = pytest.mark.xdist_group("benchmarks")
+# budget runs notebooks: tested on its own below
+QUICK_SECTIONS = ["speed", "limit", "memory", "threads"]
 
 
 def import_benchmarks(name: str):
@@ -29,7 +32,7 @@ def import_benchmarks(name: str):
     return importlib.import_module(f"benchmarks.{name}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per run: the tests below share one worker
 def report() -> dict:
     threads = torch.get_num_threads()
     try:
@@ -158,6 +161,16 @@ def test_memory_table(report):
     assert memory.column("weights") == pytest.approx([weights_mib] * 3)
 
 
+def test_threads_table_times_one_and_two_threads(report):
+    threads = table(report, "threads")
+    assert threads.column("machine") == ["idle"]  # --quick: one workload, no busy core
+    one, two = threads.column("1 thread ms"), threads.column("2 threads ms")
+    assert positive_finite(one + two)
+    assert threads.column("2 / 1") == pytest.approx([b / a for a, b in zip(one, two, strict=True)])
+    model = import_benchmarks("threads")._digits_vit()
+    assert threads.column("parameters") == [sum(p.numel() for p in model.parameters())]
+
+
 # --- report, JSON, command line -----------------------------------------------------------------
 
 
@@ -177,13 +190,13 @@ def test_command_line_writes_json(tmp_path, capsys):
     run = import_benchmarks("run")
     threads = torch.get_num_threads()
     try:
-        assert run.main(["--quick", "--only", "speed", "--json", str(tmp_path / "r.json")]) == 0
+        assert run.main(["--quick", "--only", "threads", "--json", str(tmp_path / "r.json")]) == 0
     finally:
         torch.set_num_threads(threads)
     saved = json.loads((tmp_path / "r.json").read_text())
-    assert [t["key"] for t in saved["tables"]] == ["speed"]
+    assert [t["key"] for t in saved["tables"]] == ["threads"]
     assert saved["quick"] is True
-    assert "sdpa / ref" in capsys.readouterr().out
+    assert "| 2 / 1 |" in capsys.readouterr().out
 
 
 def test_command_line_rejects_unknown_sections(capsys):

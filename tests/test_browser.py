@@ -176,7 +176,9 @@ def move_every_control(page, root, name: str, report: dict) -> None:
         report["picture_changes"] += changes
 
 
-@pytest.fixture(scope="module")
+# Session scope: under pytest-xdist a module-scoped fixture is set up again whenever a worker
+# runs a test of another module in between, and this one takes a minute.
+@pytest.fixture(scope="session")
 def browser_report(built_book: Path, request: pytest.FixtureRequest) -> dict:
     """Visit every page once in headless Chromium and return what happened on each."""
     sync_api = pytest.importorskip("playwright.sync_api")

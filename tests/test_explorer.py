@@ -307,3 +307,39 @@ def test_static_figures_can_be_switched_off_for_runs_that_only_execute(lines, mo
     assert "text/html" not in bundle and WIDGET_VIEW in bundle
     monkeypatch.setenv("VITBOOK_STATIC_FIGURES", "1")
     assert "text/html" in lines._repr_mimebundle_()
+
+
+def test_frames_drawn_by_forked_workers_equal_frames_drawn_one_by_one(lines):
+    one_by_one = lines.frames(workers=1)
+    side_by_side = lines.frames(workers=2)  # 10 frames: one worker per 5... at least 8 needed
+    assert side_by_side == one_by_one
+    many = explore(plot_line, slope=list(range(-8, 9)), colour=["C0", "C3"])  # 34 frames
+    assert many.frames(workers=2) == many.frames(workers=1)
+
+
+def test_a_frame_holds_the_pixels_that_savefig_would_write(lines):
+    indices = (3, 1)  # slope 1, colour C3
+    saved = Image.open(io.BytesIO(lines.png(indices))).convert("RGB")
+    assert np.array_equal(lines.pixels(indices), np.array(saved))
+
+
+def test_a_failing_plot_fn_in_a_worker_raises_in_the_caller():
+    def broken(slope):
+        if slope == 7:
+            raise RuntimeError("slope 7 is not drawable")
+        return plot_line(slope)
+
+    explorer = explore(broken, slope=list(range(20)))
+    with pytest.raises(RuntimeError, match="slope 7 is not drawable"):
+        explorer.frames(workers=2)
+
+
+def test_frame_workers_are_read_from_the_environment_and_checked(lines, monkeypatch):
+    monkeypatch.setenv("VITBOOK_FRAME_WORKERS", "two")
+    with pytest.raises(ValueError, match="VITBOOK_FRAME_WORKERS='two' must be a whole number"):
+        lines.frames()
+    monkeypatch.setenv("VITBOOK_FRAME_WORKERS", "1")
+    assert lines.frames() == lines.frames(workers=1)
+    for workers in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=r"workers=.* must be a positive whole number"):
+            lines.frames(workers=workers)

@@ -298,28 +298,48 @@ class Explorer:
 
         The PNG holds ``PNG_SCALE`` pixels per CSS pixel: show it at ``size / PNG_SCALE``.
         """
-        import matplotlib.pyplot as plt
+        if not palette:
+            import matplotlib.pyplot as plt
 
+            fig = self._figure(indices)
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=self.dpi * PNG_SCALE, facecolor="white")
+            plt.close(fig)
+            return buffer.getvalue()
+        from PIL import Image
+
+        # 256 colours without dithering: flat areas stay flat (small files), text stays sharp.
+        # The figure is rendered straight into an array: no full-colour PNG is encoded first.
+        quantised = Image.fromarray(self.pixels(indices)).quantize(
+            256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE
+        )
+        buffer = io.BytesIO()
+        quantised.save(buffer, format="PNG", optimize=True)
+        return buffer.getvalue()
+
+    def pixels(self, indices: tuple[int, ...]) -> np.ndarray:
+        """One frame as an RGB array (H, W, 3) of uint8, exactly what ``png`` would encode."""
+        import matplotlib.pyplot as plt
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        fig = self._figure(indices)
+        # What savefig(dpi=..., facecolor="white") does, without encoding a PNG.
+        canvas = FigureCanvasAgg(fig)
+        fig.set_dpi(self.dpi * PNG_SCALE)
+        fig.patch.set_facecolor("white")
+        canvas.draw()
+        rgb = np.array(canvas.buffer_rgba())[..., :3]
+        plt.close(fig)
+        return rgb
+
+    def _figure(self, indices: tuple[int, ...]) -> Figure:
         fig = self.plot_fn(**self.values(indices))
         if not isinstance(fig, Figure):
             raise TypeError(
                 f"plot_fn returned {type(fig).__name__}, not a matplotlib Figure; end it with "
                 "`return fig`."
             )
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=self.dpi * PNG_SCALE, facecolor="white")
-        plt.close(fig)
-        if not palette:
-            return buffer.getvalue()
-        from PIL import Image
-
-        # 256 colours without dithering: flat areas stay flat (small files), text stays sharp.
-        with Image.open(buffer) as image:
-            rgb = image.convert("RGB")
-        quantised = rgb.quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
-        buffer = io.BytesIO()
-        quantised.save(buffer, format="PNG", optimize=True)
-        return buffer.getvalue()
+        return fig
 
     def live(self):
         """The live figure: a ``VBox`` of one control per parameter, an ``Image`` and an ``HTML``.
@@ -374,13 +394,21 @@ class Explorer:
         redraw()
         return widgets.VBox([*controls, picture, error])
 
-    def frames(self) -> dict[str, str]:
-        """Every frame as a ``data:`` URI, keyed by the indices of the values, e.g. ``"2,0"``."""
-        frames = {}
-        for indices in itertools.product(*(range(len(p.options)) for p in self.params)):
-            png = base64.b64encode(self.png(indices, palette=True)).decode("ascii")
-            frames[",".join(map(str, indices))] = f"data:image/png;base64,{png}"
-        return frames
+    def frames(self, workers: int | None = None) -> dict[str, str]:
+        """Every frame as a ``data:`` URI, keyed by the indices of the values, e.g. ``"2,0"``.
+
+        Args:
+            workers: processes that draw frames side by side; ``None`` reads the environment
+                variable ``VITBOOK_FRAME_WORKERS``, else one per core (at most 4). More than one
+                needs the ``fork`` start method (Linux); elsewhere frames are drawn one by one.
+        """
+        keys = list(itertools.product(*(range(len(p.options)) for p in self.params)))
+        pngs = _draw_frames(self, keys, _frame_workers(workers, len(keys)))
+        return {
+            ",".join(map(str, indices)): "data:image/png;base64,"
+            + base64.b64encode(png).decode("ascii")
+            for indices, png in zip(keys, pngs, strict=True)
+        }
 
     def to_html(self) -> str:
         """The static figure: controls, all frames and the script that switches between them."""
@@ -408,3 +436,52 @@ class Explorer:
         if wanted and "google.colab" not in sys.modules:
             bundle["text/html"] = self.to_html()
         return bundle
+
+
+# Drawing frames in forked processes. Matplotlib draws one figure at a time per process and the
+# frames of an explorer are independent, so a process per core draws them about that many times
+# faster. Forking is what lets any plot_fn (a closure, a lambda) run in the workers without
+# pickling it: each worker inherits the explorer. The workers use one torch thread each, as
+# PyTorch's DataLoader workers do (OpenMP state does not survive a fork).
+MIN_FRAMES_PER_WORKER = 8  # fewer frames than this per worker: not worth starting processes
+_FORKED_EXPLORER: Explorer | None = None
+
+
+def _frame_workers(workers: int | None, num_frames: int) -> int:
+    if workers is None:
+        setting = os.environ.get("VITBOOK_FRAME_WORKERS", "").strip()
+        if setting and not setting.isdigit():
+            raise ValueError(
+                f"VITBOOK_FRAME_WORKERS={setting!r} must be a whole number of processes, e.g. 1 "
+                "(draw frames one by one) or 2; unset it for one per core."
+            )
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        workers = int(setting) if setting else min(4, cores or 1)
+    elif isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers={workers!r} must be a positive whole number, e.g. 2.")
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(workers, num_frames // MIN_FRAMES_PER_WORKER))
+
+
+def _draw_frames(explorer: Explorer, keys: list[tuple[int, ...]], workers: int) -> list[bytes]:
+    if workers <= 1:
+        return [explorer.png(indices, palette=True) for indices in keys]
+    import multiprocessing
+
+    global _FORKED_EXPLORER
+    _FORKED_EXPLORER = explorer
+    try:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            chunk = max(1, len(keys) // (4 * workers))
+            return pool.map(_draw_forked_frame, keys, chunksize=chunk)
+    finally:
+        _FORKED_EXPLORER = None
+
+
+def _draw_forked_frame(indices: tuple[int, ...]) -> bytes:
+    assert _FORKED_EXPLORER is not None  # set by _draw_frames before the fork
+    return _FORKED_EXPLORER.png(indices, palette=True)
