@@ -13,7 +13,8 @@ executes every notebook again (``execute_notebooks: force``).
 
 The test command is ``python3 tasks.py test`` on the existing ``.venv`` (warm): lint, unit tests,
 the strict build, nbval on every notebook and the browser tests, as CI runs it; its target is
-5 minutes.
+5 minutes. It runs twice: on the otherwise idle machine, then with one core kept busy by a busy
+loop in another process, where it must still pass.
 """
 
 from __future__ import annotations
@@ -123,20 +124,30 @@ def executed_in_build(log: str) -> dict[str, float]:
     return times
 
 
-def run_test_command() -> dict[str, object]:
-    """``python3 tasks.py test`` on the existing .venv: its wall time, exit code and summary."""
+def run_test_command(busy_core: bool = False) -> dict[str, object]:
+    """``python3 tasks.py test`` on the existing .venv: its wall time, exit code and summary.
+
+    With ``busy_core``, another process spins on one core for the whole run (a Python busy
+    loop), as when a CI runner shares its machine: the tests must still pass, only slower.
+    """
     env = dict(os.environ)
     env.pop("MPLBACKEND", None)  # as a user's shell would have it; tasks.py sets its own
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy_core else None
     start = cpu_sample()
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "tasks.py"), "test"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "tasks.py"), "test"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
+    finally:
+        if loop is not None:
+            loop.kill()
+            loop.wait()
     end = cpu_sample()
     log = ANSI_ESCAPE.sub("", result.stdout)
     passed = re.findall(r"(\d+) passed", log)
@@ -173,6 +184,7 @@ def run(quick: bool = False) -> list[Table]:
         notebooks[name] = execute_notebook(path)
     build = None if quick else build_book()
     tests = None if quick else run_test_command()
+    busy_tests = None if quick else run_test_command(busy_core=True)
     in_build = build["notebook_seconds"] if build else {}
     for name, result in notebooks.items():
         if result is None:
@@ -197,18 +209,21 @@ def run(quick: bool = False) -> list[Table]:
         table.add(label, build["seconds"], None, None, None, status, build["others"])
         if build["returncode"] != 0:
             table.notes.append("The build failed; the end of its log is in the JSON report.")
-    label = "test command (`python3 tasks.py test`, warm .venv)"
-    if tests is None:
-        table.add(label, None, None, TEST_COMMAND_TARGET_S, None, "skipped (--quick)", None)
-    else:
+    for label, result, target in (
+        ("test command (`python3 tasks.py test`, warm .venv)", tests, TEST_COMMAND_TARGET_S),
+        ("the same, one core kept busy by another process", busy_tests, None),
+    ):
+        if result is None:
+            table.add(label, None, None, target, None, "skipped (--quick)", None)
+            continue
+        passed = result["returncode"] == 0
         status = (
-            f"passed ({tests['passed']} tests)"
-            if tests["returncode"] == 0
-            else f"FAILED (exit {tests['returncode']})"
+            f"passed ({result['passed']} tests)"
+            if passed
+            else (f"FAILED (exit {result['returncode']})")
         )
-        within = tests["seconds"] <= TEST_COMMAND_TARGET_S if tests["returncode"] == 0 else None
-        table.add(label, tests["seconds"], None, TEST_COMMAND_TARGET_S, within, status,
-                  tests["others"])  # fmt: skip
+        within = result["seconds"] <= target if passed and target else None
+        table.add(label, result["seconds"], None, target, within, status, result["others"])
     table.notes += [
         "alone s: the notebook alone in a fresh python3 kernel (nbclient), kernel start to last "
         "cell, working directory = its folder. in build s: its execution time inside the full "
@@ -218,12 +233,14 @@ def run(quick: bool = False) -> list[Table]:
         "The build runs into a temporary --path-output and executes every notebook again, so this "
         "section takes about twice the book's execution time.",
         "others' CPU = share of the machine's CPU time that other processes took meanwhile "
-        "(these rows are not re-measured).",
+        "(these rows are not re-measured); in the last row it includes the busy loop, which "
+        "alone is half of a 2-core machine. The test command has no target there: it must pass.",
     ]
     table.data = {
         "notebooks": notebooks,
         "build": build,
         "tests": tests,
+        "tests_with_a_busy_core": busy_tests,
         "budget_s": NOTEBOOK_BUDGET_S,
         "target_s": NOTEBOOK_TARGET_S,
     }

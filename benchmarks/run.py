@@ -157,7 +157,7 @@ def summary_lines(tables: list[Table]) -> list[str]:
         over = [
             page.strip("`")
             for page, within in zip(
-                budget.column("page"), budget.column("within budget"), strict=True
+                budget.column("page"), budget.column("within target"), strict=True
             )
             if within is False
         ]
@@ -179,7 +179,25 @@ def summary_lines(tables: list[Table]) -> list[str]:
         if tests:
             state = "passed" if tests["returncode"] == 0 else "FAILED"
             text += f"; test command {tests['seconds'] / 60:.1f} min ({state})"
+        busy = budget.data.get("tests_with_a_busy_core")
+        if busy:
+            state = "passed" if busy["returncode"] == 0 else "FAILED"
+            text += f", with one core kept busy {busy['seconds'] / 60:.1f} min ({state})"
         lines.append(text + ".")
+    if "threads" in by_key:
+        threads = by_key["threads"]
+        ratios = {}
+        for machine, ratio in zip(threads.column("machine"), threads.column("2 / 1"), strict=True):
+            ratios.setdefault(machine, []).append(ratio)
+        parts = [
+            f"{machine} {min(values):.2f} to {max(values):.2f}"
+            for machine, values in ratios.items()
+        ]
+        lines.append(
+            "- Threads for the book's tiny models, time with 2 threads / time with 1 thread: "
+            + ", ".join(parts)
+            + " (above 1: one thread is faster)."
+        )
     return lines
 
 
