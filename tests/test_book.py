@@ -183,6 +183,20 @@ def test_book_builds_with_every_toc_page(built_book, toc):
     assert not missing, f"pages missing from {built_book}: {missing}"
 
 
+@pytest.mark.xdist_group("book")
+def test_the_tests_that_share_the_build_share_one_worker(request):
+    """Under pytest-xdist's ``--dist loadgroup``, every test of the group "book" runs on one
+    worker, which builds the book once; without the grouping, the other worker would sit waiting
+    for the build's lock and then repeat the browser tests."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not run by pytest-xdist with --dist loadgroup (python3 tasks.py test does)")
+    assert request.node.nodeid.endswith("@book"), (
+        f"pytest-xdist did not group {request.node.nodeid!r}: with pytest 9.2 its loadgroup "
+        "mode stops grouping (pytest-dev/pytest-xdist#1386); keep the pytest pin of "
+        "constraints.txt"
+    )
+
+
 @pytest.mark.book
 @pytest.mark.xdist_group("book")
 @pytest.mark.parametrize("notebook", toc_notebooks(), ids=relative)
