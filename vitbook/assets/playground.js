@@ -109,53 +109,68 @@ in row-major grid order; 17 for the digits models):
     return {out: out, weights: weights};
   }
 
-  // The forward pass of VisionTransformer.forward_with_attention for one digit of 64 ink values.
+  // The forward pass of VisionTransformer.forward_with_attention, for one
+  // digit of 64 ink values; the weights W carry timm's names.
   function forward(model, ink) {
-    var c = model.config, W = model.tensors, D = c.embed_dim, P = c.patch_size;
-    var side = c.img_size[1], gh = c.img_size[0] / P, gw = side / P;
-    var prefix = c.class_token ? 1 : 0, n = prefix + gh * gw, eps = c.norm_eps;
-    // Patch embedding: the P x P conv with stride P is one matmul per patch, each patch laid out
-    // (c ph pw), the order of conv.weight.flatten(1); pixel = ink / 16, as in load_digits_split.
+    var c = model.config, W = model.tensors, D = c.embed_dim;
+    var P = c.patch_size, side = c.img_size[1], eps = c.norm_eps;
+    var gh = c.img_size[0] / P, gw = side / P;
+    var prefix = c.class_token ? 1 : 0, n = prefix + gh * gw, i, j;
+    // Patch embedding: the P x P conv of stride P is a matmul per patch,
+    // each patch laid out (c ph pw), the order of conv.weight.flatten(1);
+    // pixel = ink / 16, as in load_digits_split.
     var patches = new Float64Array(gh * gw * P * P);
     for (var k = 0; k < gh * gw; k++) {
-      for (var i = 0; i < P; i++) {
-        for (var j = 0; j < P; j++) {
+      for (i = 0; i < P; i++) {
+        for (j = 0; j < P; j++) {
           var row = Math.floor(k / gw) * P + i, col = (k % gw) * P + j;
-          patches[k * P * P + i * P + j] = ink[row * side + col] / 16;
+          patches[(k * P + i) * P + j] = ink[row * side + col] / 16;
         }
       }
     }
-    var embedded = linear(patches, gh * gw, W["patch_embed.proj.weight"], W["patch_embed.proj.bias"], D);
-    var x = new Float64Array(n * D);  // z_0 = [x_class; x_1 E; ...] + E_pos   (N, D)
+    var embedded = linear(patches, gh * gw, W["patch_embed.proj.weight"],
+                          W["patch_embed.proj.bias"], D);  // (Gh * Gw, D)
+    // z_0 = [x_class; x_1 E; ...; x_N E] + E_pos                     (N, D)
+    var x = new Float64Array(n * D);
     if (prefix) x.set(W["cls_token"], 0);
     x.set(embedded, prefix * D);
-    if (W["pos_embed"]) for (i = 0; i < n * D; i++) x[i] += W["pos_embed"][i];
+    var pos = W["pos_embed"];  // absent with pos_embed="none"
+    if (pos) for (i = 0; i < n * D; i++) x[i] += pos[i];
     var weights = [];
     for (var l = 0; l < c.depth; l++) {
       var b = "blocks." + l + ".";
       // x = x + Attention(LayerNorm(x))
-      var h = layerNorm(x, n, W[b + "norm1.weight"], W[b + "norm1.bias"], eps);
-      var qkv = linear(h, n, W[b + "attn.qkv.weight"], W[b + "attn.qkv.bias"], 3 * D);  // (N, 3D)
+      var h = layerNorm(x, n, W[b + "norm1.weight"], W[b + "norm1.bias"],
+                        eps);
+      var qkv = linear(h, n, W[b + "attn.qkv.weight"],
+                       W[b + "attn.qkv.bias"], 3 * D);  // (N, 3D)
       var attended = attention(qkv, n, D, c.num_heads);
-      weights.push(attended.weights);
-      var out = linear(attended.out, n, W[b + "attn.proj.weight"], W[b + "attn.proj.bias"], D);
+      weights.push(attended.weights);  // (Nh, N * N)
+      var out = linear(attended.out, n, W[b + "attn.proj.weight"],
+                       W[b + "attn.proj.bias"], D);
       for (i = 0; i < n * D; i++) x[i] += out[i];
       // x = x + MLP(LayerNorm(x)), MLP = fc2(GELU(fc1))
       h = layerNorm(x, n, W[b + "norm2.weight"], W[b + "norm2.bias"], eps);
       var hidden = W[b + "mlp.fc1.bias"].length;
-      h = linear(h, n, W[b + "mlp.fc1.weight"], W[b + "mlp.fc1.bias"], hidden).map(gelu);
+      h = linear(h, n, W[b + "mlp.fc1.weight"], W[b + "mlp.fc1.bias"],
+                 hidden).map(gelu);  // (N, hidden)
       out = linear(h, n, W[b + "mlp.fc2.weight"], W[b + "mlp.fc2.bias"], D);
       for (i = 0; i < n * D; i++) x[i] += out[i];
     }
     x = layerNorm(x, n, W["norm.weight"], W["norm.bias"], eps);
-    var pooled = new Float64Array(D);  // the class token's state, or the mean of the patch tokens
+    // Pool: the class token's state, or the mean of the patch tokens (D,)
+    var pooled = new Float64Array(D);
     if (c.pool === "cls") {
       pooled.set(x.subarray(0, D));
     } else {
-      for (i = prefix; i < n; i++) for (j = 0; j < D; j++) pooled[j] += x[i * D + j] / (n - prefix);
+      for (i = prefix; i < n; i++) {
+        for (j = 0; j < D; j++) pooled[j] += x[i * D + j] / (n - prefix);
+      }
     }
-    var logits = Array.prototype.slice.call(linear(pooled, 1, W["head.weight"], W["head.bias"], c.num_classes));
-    return {logits: logits, probabilities: softmax(logits), attention: weights};
+    var logits = Array.from(
+      linear(pooled, 1, W["head.weight"], W["head.bias"], c.num_classes));
+    return {logits: logits, probabilities: softmax(logits),
+            attention: weights};
   }
 
   // Attention rollout (Abnar and Zuidema, 2020), as vitbook.analysis.attention_rollout with
