@@ -499,3 +499,34 @@ def test_the_javascript_ships_as_package_data():
     assert script.is_file() and "function forward(model, ink)" in script.read_text()
     assert isinstance(digit_playground(load_digits_vit()), DigitPlayground)
     assert Path(__file__).parents[1].joinpath("pyproject.toml").read_text().count('"assets/*"') == 1
+
+
+@pytest.mark.book
+@pytest.mark.xdist_group("book")
+def test_the_chapter_page_runs_the_playground(built_book, browser, models, test_digits):
+    path = built_book / "book" / "inside_vit.html"
+    page = browser.new_page()
+    errors, requests = [], []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("request", lambda request: requests.append(request.url))
+    try:
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_function("() => (window.vitbook || {}).playgrounds?.length === 1")
+        images, _ = test_digits
+        inks = (images[:20] * 16).flatten(1).tolist()
+        shown = page.evaluate(
+            "inks => inks.map(ink => window.vitbook.playgrounds[0].predict(ink).probabilities)",
+            inks,
+        )
+        figure = page.evaluate(
+            """() => !!document.querySelector(".vitbook-playground").closest("figure")
+                       .querySelector("figcaption")"""
+        )
+    finally:
+        page.close()
+    assert not errors, errors
+    assert all(urlsplit(url).scheme in ("file", "data") for url in requests), requests
+    with torch.no_grad():
+        expected = models["mean"](images[:20]).softmax(dim=-1)
+    assert (torch.tensor(shown, dtype=torch.float64) - expected.double()).abs().max() < 1e-5
+    assert figure, "the playground sits in a numbered, captioned figure"
