@@ -382,7 +382,7 @@ def render(payload: dict) -> str:
 
 STYLE = (
     "<style>"
-    ".vitbook-playground{margin:0.5em 0;max-width:100%;box-sizing:border-box}"
+    ".vitbook-playground{margin:0.5em 0;max-width:100%;box-sizing:border-box;text-align:left}"
     ".vitbook-playground *{box-sizing:border-box}"
     ".vitbook-playground .vbp-top,.vitbook-playground .vbp-maps{display:flex;flex-wrap:wrap;"
     "gap:0.8em 1.5em;align-items:flex-start}"
