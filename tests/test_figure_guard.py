@@ -22,6 +22,7 @@ FIGURE = "<Figure size 640x480 with 1 Axes>"
     [
         ("plt.plot([1, 2])\nplt.show()", {}, [{"image/png": "", "text/plain": FIGURE}], None),
         ("explorer", {}, [{"text/html": '<div><img src="data:..."></div>'}], None),
+        ("playground", {}, [{"text/html": '<div><canvas width="8"></canvas></div>'}], None),
         ("x = 1", {}, [{"text/plain": "1"}], None),
         ("plot_sincos(1, 2)", {}, [{"text/plain": FIGURE}], "a figure's text form"),
         ("plt.plot([1, 2])\nplt.show()", {}, [], "calls plt.show() but produced no image"),

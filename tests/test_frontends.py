@@ -14,8 +14,12 @@ the ``Image`` widget's ``<img>``) against those frames: the default first, then 
 slider with the keyboard, then after picking another entry of the menu. The notebook also shows
 the HTML book's static version of the figure as an HTML output (inserted by each front end in its
 own way, with jQuery in the classic Notebook): its script must start it, and its slider must take
-the arrow keys without moving the notebook's cell selection. Requests that leave the machine are
-refused.
+the arrow keys without moving the notebook's cell selection. Its last cell shows the digit
+playground (``vitbook.widgets.digit_playground``), another HTML output with an inline script: it
+must start once, register itself in ``window.vitbook.playgrounds``, compute what PyTorch computes
+for a test digit and take a mouse stroke. The kernel imports the ``vitbook`` of this repository
+(the server puts it first on ``PYTHONPATH``), whatever copy the environment has installed.
+Requests that leave the machine are refused.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
 ]
+PLAYGROUND_TEST_DIGIT = 0  # index in the test split of vitbook.data.load_digits_split()
 CELLS = [
     "import base64\nimport json\n\nfrom matplotlib.figure import Figure\n\n"
     "from vitbook.widgets import explore\n\n\n"
@@ -65,6 +70,20 @@ CELLS = [
     "    json.dump(frames, file)",
     "explorer",
     "from IPython.display import HTML\n\nHTML(explorer.to_html())  # the HTML book's version",
+    # PyTorch's answer for the test digit that the test gives the page's predict().
+    "import json\n\nimport vitbook\nfrom vitbook.data import load_digits_split\n"
+    "from vitbook.pretrained import load_digits_vit\n\n"
+    "_, _, x_test, _ = load_digits_split()\n"
+    f"digit = x_test[{PLAYGROUND_TEST_DIGIT}]\n"
+    'with open("playground.json", "w") as file:\n'
+    "    json.dump({\n"
+    '        "vitbook": vitbook.__file__,\n'
+    '        "ink": (digit * 16).round().int().flatten().tolist(),  # pixel = ink / 16\n'
+    '        "probabilities": load_digits_vit()(digit[None]).softmax(-1)[0].tolist(),\n'
+    "    }, file)",
+    "from vitbook.widgets import digit_playground\n"
+    "from vitbook.pretrained import load_digits_vit\n\n"
+    "digit_playground(load_digits_vit())",
 ]
 PICTURE = "img.widget-image"
 # null while the front end swaps pictures (it revokes the blob: URL of the old one).
@@ -111,6 +130,9 @@ def server(command: list[str], folder: Path, port: int):
         PATH=str(Path(command[0]).parent) + os.pathsep + env.get("PATH", ""),
         HF_HUB_OFFLINE="1",
         PYDEVD_DISABLE_FILE_VALIDATION="1",
+        # The package under test, before any installed copy (an editable install may point to
+        # another checkout of the repository).
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
     )
     log = (folder / "server.log").open("w")
     process = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -231,6 +253,53 @@ def check_static_figure(page, active_cell: str, report: dict) -> None:
     report["static figure"] = "starts, keys and menu work"
 
 
+def check_playground(page, folder: Path, report: dict) -> None:
+    """The digit playground's output: shown once and started, registered once, the same
+    probabilities as PyTorch for a test digit, and a mouse stroke on its grid draws."""
+    start = time.monotonic()
+    page.locator(".vitbook-playground[data-ready=true]").first.wait_for(timeout=TIMEOUT_S * 1000)
+    report["playground start s"] = round(time.monotonic() - start, 2)
+    reference = json.loads((folder / "playground.json").read_text())  # written before it
+    kernel_vitbook = Path(reference["vitbook"])
+    assert kernel_vitbook.is_relative_to(ROOT), f"the kernel imported {kernel_vitbook}"
+    root = page.locator(".vitbook-playground")
+    assert root.count() == 1, f"{root.count()} playgrounds in the page"
+    root.scroll_into_view_if_needed()
+    assert root.is_visible()
+    assert page.evaluate("() => window.vitbook.playgrounds.length") == 1
+    ink, expected = reference["ink"], reference["probabilities"]
+    shown = page.evaluate("ink => window.vitbook.playgrounds[0].predict(ink).probabilities", ink)
+    gap = max(abs(a - b) for a, b in zip(shown, expected, strict=True))
+    assert gap < 1e-5, f"the page's probabilities differ from PyTorch's by {gap}"
+    assert shown.index(max(shown)) == expected.index(max(expected))
+    # A stroke down the middle of the grid with the mouse.
+    pixels = "() => window.vitbook.playgrounds[0].pixels()"
+    before = page.evaluate(pixels)
+    grid = root.locator("canvas.vbp-grid")
+    box = grid.bounding_box()
+    page.mouse.move(box["x"] + 0.5 * box["width"], box["y"] + 0.1 * box["height"])
+    page.mouse.down()
+    for step in range(1, 11):
+        y = box["y"] + (0.1 + 0.08 * step) * box["height"]
+        page.mouse.move(box["x"] + 0.5 * box["width"], y)
+    page.mouse.up()
+    after = page.evaluate(pixels)
+    assert after != before, "the mouse stroke did not draw"
+    assert sum(after[r * 8 + c] for r in range(8) for c in (3, 4)) > sum(
+        before[r * 8 + c] for r in range(8) for c in (3, 4)
+    ), "the stroke did not add ink down the middle"
+    bars = root.evaluate(
+        """root => Array.from(root.querySelectorAll(".vbp-bar"),
+                              bar => Number(bar.getAttribute("data-probability")))"""
+    )
+    drawn = page.evaluate("ink => window.vitbook.playgrounds[0].predict(ink).probabilities", after)
+    assert bars == drawn, "the bars do not show the drawn digit's probabilities"
+    # For people: what the playground looks like in this front end (kept in tmp_path).
+    page.screenshot(path=folder / "playground.png")
+    report["playground"] = f"starts, agrees with PyTorch to {gap:.0e}, draws"
+    report["playground check s"] = round(time.monotonic() - start, 2)
+
+
 def drive(page, folder: Path, slider: str, report: dict) -> None:
     """Check the default frame, then one step of the slider by keyboard, then the menu."""
     frames_file = folder / "frames.json"
@@ -262,6 +331,12 @@ def test_jupyterlab_with_ipywidgets_8(tmp_path, record_property):
         pytest.fail("no jupyter-lab in this environment: run python3 tasks.py test", pytrace=False)
     report = versions(python, ["jupyterlab", "ipywidgets", "jupyterlab_widgets"])
     path = write_notebook(tmp_path)
+    # No "get notified about official Jupyter news?" prompt over the notebook.
+    labconfig = tmp_path / ".config" / "labconfig"  # the server's JUPYTER_CONFIG_DIR
+    labconfig.mkdir(parents=True)
+    (labconfig / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
+    )
     port = free_port()
     command = [
         str(lab), "--no-browser", f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1",
@@ -291,6 +366,7 @@ def test_jupyterlab_with_ipywidgets_8(tmp_path, record_property):
         check_static_figure(
             page, "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex", report
         )
+        check_playground(page, tmp_path, report)
         assert not errors, f"page errors in JupyterLab: {errors}"
     assert not refused, f"requests that left the machine: {refused}"
     report["wall s"] = round(time.monotonic() - start, 1)
@@ -354,6 +430,7 @@ def test_classic_notebook_with_ipywidgets_7(tmp_path, classic_python, record_pro
         page.evaluate("() => Jupyter.notebook.execute_all_cells()")
         drive(page, tmp_path, ".widget-hslider .ui-slider-handle", report)
         check_static_figure(page, "() => Jupyter.notebook.get_selected_index()", report)
+        check_playground(page, tmp_path, report)
         failed = [text for text in console if "Could not create" in text or "model" in text]
         assert not failed, f"widget errors in the classic notebook: {failed}"
         assert not errors, f"page errors in the classic notebook: {errors}"

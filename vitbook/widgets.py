@@ -50,14 +50,17 @@ from matplotlib.figure import Figure
 
 from vitbook import _checks, plotting
 from vitbook.explorer import MAX_FRAMES, Explorer, Param, explore
+from vitbook.playground import DigitPlayground, digit_playground
 from vitbook.positional import LearnedPositionEmbedding, sincos_1d, sincos_2d
 
 __all__ = [
     "MAX_FRAMES",
+    "DigitPlayground",
     "Explorer",
     "Param",
     "attention_explorer",
     "axial_reach_explorer",
+    "digit_playground",
     "explore",
     "patch_explorer",
     "position_similarity_explorer",

@@ -13,7 +13,8 @@ Two parts:
   strict build, naming the notebook and the cell. A cell draws a figure when it carries a figure
   caption (``mystnb.figure`` metadata), calls ``plt.show()``, prints a figure's text form
   (``<Figure size 640x480 with 1 Axes>``) or gets matplotlib's "cannot be shown" warning. A
-  picture is an image output or an interactive figure's HTML (which holds its frames as images).
+  picture is an image output or an interactive figure's HTML (which holds its frames as images,
+  or canvases that its script draws on, as the digit playground).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def figure_problem(source: str, metadata: dict, outputs: list[dict[str, str]]) -
     pictures = sum(
         any(kind in IMAGE_TYPES for kind in output)
         or "<img" in output.get("text/html", "")
+        or "<canvas" in output.get("text/html", "")
         for output in outputs
     )
     if pictures:

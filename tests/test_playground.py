@@ -1,0 +1,532 @@
+"""The digit playground: the exported weights, the fragment, and its forward pass in Chromium.
+
+The unit tests check the payload (timm names, shapes, float32, a bit-for-bit round trip), the
+fragment (no URL, a size bound) and the errors. The browser tests open a standalone page from
+disk (``file://``) in headless Chromium with both shipped digits models on it, run all 450 test
+digits through the page's JavaScript forward pass and compare it with PyTorch, then draw on
+the grid with the mouse and with touch-type pointer events, and record every request. A second
+page inserts the fragment as the classic notebook does (markup with ``innerHTML``, then each
+inline script evaluated from a temporary ``<script>`` in ``<head>``).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import math
+import re
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import torch
+
+from vitbook import VisionTransformer, ViTConfig
+from vitbook.analysis import attention_rollout
+from vitbook.data import load_digits_split
+from vitbook.playground import (
+    MAX_PARAMETERS,
+    DigitPlayground,
+    decode_weights,
+    digit_playground,
+    export_weights,
+)
+from vitbook.pretrained import load_digits_vit
+
+VARIANTS = ("mean", "cls")
+# The page computes in float64 from the same float32 weights that PyTorch computes with in
+# float32: the gap is float32 rounding, far below what a reader could see.
+JS_TOLERANCE = 1e-5
+FLOAT64_TOLERANCE = 1e-12
+FRAGMENT_LIMIT_BYTES = 900_000  # the weights (about 720 kB of base64) and the page around them
+URL = re.compile(r"https?:|(?:src|href)\s*=\s*[\"']?//|url\(|@import|fetch\(|XMLHttpRequest")
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>playground</title>
+</head><body style="max-width: 688px; margin: 0 auto; padding: 0 16px; font-family: sans-serif">
+<script>window.vitbook = {other: "kept"};</script>{fragments}</body></html>"""
+JQUERY_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>notebook</title></head>
+<body><div id="out1"></div><div id="out2"></div><script>
+// Like jQuery's .html() in the classic notebook: markup first, then each inline script
+// evaluated from a temporary <script> in <head>.
+window.insertLikeJQuery = function (id, html) {
+  var target = document.getElementById(id);
+  target.innerHTML = html;
+  var scripts = target.querySelectorAll("script");
+  for (var i = 0; i < scripts.length; i++) {
+    var type = scripts[i].getAttribute("type");
+    if (type && type !== "text/javascript") continue;
+    var script = document.createElement("script");
+    script.text = scripts[i].textContent;
+    document.head.appendChild(script).parentNode.removeChild(script);
+  }
+};
+</script></body></html>"""
+# Every digit through predict(); the results go back packed as float64 bytes in base64, one
+# row per digit: 10 probabilities, 10 logits, the attention (L, Nh, N, N), the rollout (N, N).
+PREDICT_ALL = """([index, inks]) => {
+  const playground = window.vitbook.playgrounds[index];
+  const times = [], rows = [];
+  for (const ink of inks) {
+    const start = performance.now();
+    const out = playground.predict(ink);
+    times.push(performance.now() - start);
+    rows.push(out.probabilities, out.logits, ...out.attention.flat(), out.rollout);
+  }
+  const packed = new Uint8Array(Float64Array.from(rows.flat()).buffer);
+  let text = "";
+  for (let i = 0; i < packed.length; i += 8192) {
+    text += String.fromCharCode.apply(null, packed.subarray(i, i + 8192));
+  }
+  return {packed: btoa(text), times: times};
+}"""
+STATE = """root => ({
+  pixels: window.vitbook.playgrounds[0].pixels(),
+  prediction: Number(root.getAttribute("data-prediction")),
+  probabilities: Array.from(root.querySelectorAll(".vbp-bar")).map(
+    bar => Number(bar.getAttribute("data-probability"))),
+  menu: root.querySelector("select.vbp-example").value,
+})"""
+TOUCH = """([root, points]) => {
+  const grid = root.querySelector("canvas.vbp-grid");
+  const box = grid.getBoundingClientRect();
+  points.forEach(([x, y], i) => {
+    const type = i === 0 ? "pointerdown" : "pointermove";
+    grid.dispatchEvent(new PointerEvent(type, {
+      pointerId: 7, pointerType: "touch", isPrimary: true, bubbles: true, cancelable: true,
+      clientX: box.left + x * box.width, clientY: box.top + y * box.height, buttons: 1,
+    }));
+  });
+  grid.dispatchEvent(new PointerEvent("pointerup", {pointerId: 7, pointerType: "touch",
+                                                     bubbles: true}));
+}"""
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, VisionTransformer]:
+    return {variant: load_digits_vit(variant=variant) for variant in VARIANTS}
+
+
+@pytest.fixture(scope="module")
+def test_digits() -> tuple[torch.Tensor, torch.Tensor]:
+    _, _, images, labels = load_digits_split()
+    return images, labels
+
+
+@pytest.fixture(scope="module")
+def fragments(models) -> dict[str, str]:
+    return {variant: digit_playground(model).to_html() for variant, model in models.items()}
+
+
+# --- the payload and the fragment ----------------------------------------------------------------
+
+
+def test_the_payload_has_every_tensor_under_its_timm_name_in_float32(models):
+    model = models["mean"]
+    payload = export_weights(model)
+    state = model.state_dict()
+    assert set(payload["tensors"]) == set(state) | {"pos_embed"}  # + the fixed sincos table
+    assert {"patch_embed.proj.weight", "cls_token", "blocks.3.attn.qkv.bias", "head.weight"} <= (
+        set(payload["tensors"])
+    )
+    for name, entry in payload["tensors"].items():
+        expected = state[name] if name in state else model.pos_embed
+        assert entry["shape"] == list(expected.shape), name
+        assert entry["dtype"] == "float32", name
+    assert payload["config"]["norm_eps"] == 1e-6 and payload["config"]["pool"] == "mean"
+    assert sum(math.prod(e["shape"]) for n, e in payload["tensors"].items() if n in state) == (
+        135_050
+    )
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_payload_decodes_to_the_state_dict_bit_for_bit(models, variant):
+    model = models[variant]
+    tensors = decode_weights(export_weights(model))
+    for name, tensor in model.state_dict().items():
+        assert tensors[name].dtype == torch.float32
+        assert torch.equal(tensors[name].view(torch.int32), tensor.view(torch.int32)), name
+    assert torch.equal(tensors["pos_embed"], model.pos_embed)
+
+
+def test_a_payload_whose_bytes_do_not_fit_the_shape_is_refused(models):
+    payload = export_weights(models["mean"])
+    payload["tensors"]["head.bias"]["shape"] = [11]
+    with pytest.raises(ValueError, match=r"'head.bias' holds 40 bytes .* needs 44"):
+        decode_weights(payload)
+    with pytest.raises(ValueError, match="returned by export_weights"):
+        decode_weights({"weights": {}})
+
+
+def test_the_fragment_asks_for_nothing_and_is_small(fragments, models):
+    for variant, fragment in fragments.items():
+        assert not URL.findall(fragment), f"{variant}: {URL.findall(fragment)[:3]}"
+        assert len(fragment.encode("utf-8")) < FRAGMENT_LIMIT_BYTES
+        assert fragment.startswith('<div class="vitbook-playground"')
+        assert fragment.endswith("</script></div>")
+        assert fragment.count('class="vbp-js"') == 1 and "</script" not in fragment.split(
+            '<script class="vbp-js">'
+        )[1].removesuffix("</script></div>")
+    # the query menu offers what the head reads first
+    assert '<option value="pooled">pooled output (the head reads it)' in fragments["mean"]
+    assert '<option value="0">class token (the head reads it)' in fragments["cls"]
+    assert repr(digit_playground(models["cls"])) == (
+        "DigitPlayground(pool='cls', depth=4, num_heads=4, 10 test digits)"
+    )
+
+
+def test_the_default_test_digits_are_the_first_of_each_class(models, test_digits):
+    images, labels = test_digits
+    payload = digit_playground(models["mean"]).payload
+    assert [e["label"] for e in payload["examples"]] == list(range(10))
+    first = int((labels == 3).nonzero()[0])
+    assert payload["examples"][3]["ink"] == (images[first] * 16).flatten().int().tolist()
+
+
+def test_widgets_reexports_the_playground():
+    from vitbook import widgets
+
+    assert widgets.digit_playground is digit_playground and "digit_playground" in widgets.__all__
+
+
+def small_config(**overrides) -> ViTConfig:
+    fields = dict(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=8, depth=1,
+                  num_heads=2)  # fmt: skip
+    return ViTConfig(**{**fields, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: torch.nn.Linear(64, 10), TypeError, "must be a vitbook VisionTransformer"),
+        (lambda: VisionTransformer(small_config(img_size=16)), ValueError, r"img_size=\(16, 16\)"),
+        (lambda: VisionTransformer(small_config(in_chans=3)), ValueError, "in_chans=3"),
+        (lambda: VisionTransformer(small_config(num_classes=5)), ValueError, "num_classes=5"),
+        (
+            lambda: VisionTransformer(small_config(pos_embed="relative")),
+            ValueError,
+            "pos_embed='relative' is not supported.*no relative position bias",
+        ),
+        (lambda: VisionTransformer(small_config()).double(), TypeError, r"model\.float\(\)"),
+        (
+            lambda: VisionTransformer(small_config(embed_dim=256, depth=2, num_heads=4)),
+            ValueError,
+            f"the playground takes at most {MAX_PARAMETERS:,}",
+        ),
+    ],
+)
+def test_models_the_page_cannot_run_are_refused(make, error, message):
+    with pytest.raises(error, match=message):
+        export_weights(make())
+
+
+def test_weights_with_nan_are_refused():
+    model = VisionTransformer(small_config())
+    with torch.no_grad():
+        model.head.bias[0] = float("nan")
+    with pytest.raises(ValueError, match="head.bias holds NaN or inf"):
+        digit_playground(model)
+
+
+@pytest.mark.parametrize(
+    ("examples", "error", "message"),
+    [
+        ("digits", TypeError, "a pair"),
+        ((torch.zeros(2, 8, 8), torch.zeros(2, dtype=torch.long)), ValueError, r"\(K, 1, 8, 8\)"),
+        ((torch.zeros(21, 1, 8, 8), torch.zeros(21, dtype=torch.long)), ValueError, "1 to 20"),
+        ((torch.full((2, 1, 8, 8), 16.0), torch.zeros(2, dtype=torch.long)), ValueError, "ink"),
+        ((torch.zeros(2, 1, 8, 8), torch.tensor([3, 10])), ValueError, "0 .. 9"),
+        ((torch.zeros(2, 1, 8, 8), [3, 4]), TypeError, "two tensors"),
+    ],
+)
+def test_bad_examples_are_refused(models, examples, error, message):
+    with pytest.raises(error, match=message):
+        digit_playground(models["mean"], examples=examples)
+
+
+# --- in headless Chromium -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("no `chromium` on the PATH: python3 tasks.py test installs it", pytrace=False)
+    with sync_api.sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, offline=True,
+            viewport={"width": 1280, "height": 900},
+        )  # fmt: skip
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, fragments, tmp_path_factory):
+    """The standalone page with both playgrounds (mean, then cls), and every request it made."""
+    path = tmp_path_factory.mktemp("playground") / "playground.html"
+    path.write_text(
+        PAGE.replace("{fragments}", fragments["mean"] + "<hr>" + fragments["cls"]),
+        encoding="utf-8",
+    )
+    page = browser.new_page()
+    requests, errors = [], []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("websocket", lambda socket: requests.append(socket.url))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(path.as_uri(), wait_until="load")
+    page.wait_for_function("() => window.vitbook.playgrounds.length === 2")
+    page.requests, page.errors, page.path = requests, errors, path
+    yield page
+    page.close()
+
+
+@pytest.mark.parametrize(("index", "variant"), list(enumerate(VARIANTS)))
+def test_the_page_computes_what_pytorch_computes_on_all_test_digits(
+    page, models, test_digits, index, variant, record_property
+):
+    images, _ = test_digits
+    model = models[variant]
+    with torch.no_grad():
+        logits, attentions = model.forward_with_attention(images)
+    probabilities = logits.softmax(dim=-1)  # (450, 10)
+    weights = torch.stack(attentions, dim=1)  # (450, L, Nh, N, N)
+    rollout = attention_rollout(attentions)  # (450, N, N)
+    inks = (images * 16).flatten(1).tolist()  # what a reader draws: 0 .. 16
+    out = page.evaluate(PREDICT_ALL, [index, inks])
+    n, depth, heads = weights.shape[-1], weights.shape[1], weights.shape[2]
+    packed = torch.frombuffer(bytearray(base64.b64decode(out["packed"])), dtype=torch.float64)
+    js = packed.reshape(450, -1)  # little-endian float64, as this machine and the page
+    js_probabilities, js_logits = js[:, :10], js[:, 10:20]
+    js_weights = js[:, 20 : 20 + depth * heads * n * n].reshape(weights.shape)
+    js_rollout = js[:, 20 + depth * heads * n * n :].reshape(rollout.shape)
+    gaps = {
+        "probabilities": (js_probabilities - probabilities.double()).abs().max().item(),
+        "attention": (js_weights - weights.double()).abs().max().item(),
+        "rollout": (js_rollout - rollout.double()).abs().max().item(),
+        "logits": (js_logits - logits.double()).abs().max().item(),
+    }
+    assert js.shape == (450, 20 + (4 * 4 + 1) * 17 * 17)
+    assert all(gap <= JS_TOLERANCE for gap in gaps.values()), gaps
+    # Against the same model in float64, the page is exact to float64 rounding: it computes
+    # the same equations in the same order, not an approximation of them.
+    with torch.no_grad():
+        logits64, attentions64 = (
+            copy.deepcopy(model).double().forward_with_attention(images.double())
+        )
+    gaps64 = {
+        "probabilities": (js_probabilities - logits64.softmax(dim=-1)).abs().max().item(),
+        "attention": (js_weights - torch.stack(attentions64, dim=1)).abs().max().item(),
+        "rollout": (js_rollout - attention_rollout(attentions64)).abs().max().item(),
+    }
+    assert all(gap < FLOAT64_TOLERANCE for gap in gaps64.values()), gaps64
+    assert torch.equal(js_probabilities.argmax(dim=1), probabilities.argmax(dim=1))
+    median_ms = statistics.median(out["times"])
+    record_property(f"{variant} largest differences", gaps)
+    mean_ms = sum(out["times"]) / len(out["times"])
+    record_property(f"{variant} largest differences from float64", gaps64)
+    record_property(f"{variant} forward ms (median, mean)", (median_ms, mean_ms))
+    print(
+        f"{variant}: largest JS - PyTorch differences {gaps}; from float64 PyTorch {gaps64}; "
+        f"predict() {median_ms:.2f} ms median, {mean_ms:.2f} ms mean per digit"
+    )
+
+
+def test_erf_in_the_page_matches_python(page):
+    xs = [i / 100 for i in range(-800, 801)] + [1e-8, -3.0, 3.0, 6.0, 0.5 * math.sqrt(2)]
+    values = page.evaluate("xs => xs.map(window.vitbook.playgroundMath.erf)", xs)
+    assert max(abs(v - math.erf(x)) for x, v in zip(xs, values, strict=True)) < 1e-13
+    gelu = page.evaluate("xs => xs.map(window.vitbook.playgroundMath.gelu)", xs)
+    expected = torch.nn.functional.gelu(torch.tensor(xs, dtype=torch.float64))
+    assert (torch.tensor(gelu, dtype=torch.float64) - expected).abs().max() < 1e-13
+
+
+def test_the_page_registers_every_playground_and_keeps_other_keys(page):
+    state = page.evaluate(
+        """() => ({other: window.vitbook.other,
+                   pools: window.vitbook.playgrounds.map(p => p.config.pool),
+                   roots: window.vitbook.playgrounds.map(
+                     p => p.root.getAttribute("data-ready"))})"""
+    )
+    assert state == {"other": "kept", "pools": ["mean", "cls"], "roots": ["true", "true"]}
+
+
+def test_drawing_with_mouse_and_touch_changes_the_digit_and_the_prediction(page, models):
+    root = page.locator(".vitbook-playground").first
+    root.locator("button.vbp-clear").click()
+    empty = root.evaluate(STATE)
+    assert empty["pixels"] == [0] * 64 and empty["menu"] == ""
+    # A mouse stroke down the middle of the grid: a 1.
+    grid = root.locator("canvas.vbp-grid")
+    grid.scroll_into_view_if_needed()
+    box = grid.bounding_box()
+    page.mouse.move(box["x"] + 0.5 * box["width"], box["y"] + 0.1 * box["height"])
+    page.mouse.down()
+    for step in range(1, 11):
+        page.mouse.move(
+            box["x"] + 0.5 * box["width"], box["y"] + (0.1 + 0.08 * step) * box["height"]
+        )
+    page.mouse.up()
+    stroke = root.evaluate(STATE)
+    columns = [sum(stroke["pixels"][r * 8 + c] for r in range(8)) for c in range(8)]
+    assert sum(stroke["pixels"]) > 50 and max(stroke["pixels"]) <= 16
+    assert columns.index(max(columns)) in (3, 4) and columns[0] == columns[7] == 0
+    assert stroke["probabilities"] != empty["probabilities"]
+    expected = model_probabilities(models["mean"], stroke["pixels"])
+    assert max(abs(a - b) for a, b in zip(stroke["probabilities"], expected, strict=True)) < 1e-5
+    # A touch stroke across the top: the same pointer events, pointerType "touch".
+    page.evaluate(TOUCH, [root.element_handle(), [[0.15, 0.15], [0.5, 0.14], [0.85, 0.15]]])
+    touched = root.evaluate(STATE)
+    assert sum(touched["pixels"][:16]) > sum(stroke["pixels"][:16]) + 20
+    assert touched["probabilities"] != stroke["probabilities"]
+    # The eraser takes ink away where it passes, and only there.
+    root.locator("button[data-tool=eraser]").click()
+    page.evaluate(TOUCH, [root.element_handle(), [[0.5, 0.6], [0.5, 0.95]]])
+    erased = root.evaluate(STATE)
+    assert sum(erased["pixels"][40:]) < sum(touched["pixels"][40:])
+    assert erased["pixels"][:16] == touched["pixels"][:16]
+    assert all(a <= b for a, b in zip(erased["pixels"], touched["pixels"], strict=True))
+    root.locator("button[data-tool=pen]").click()
+    root.locator("button.vbp-clear").click()
+    assert root.evaluate(STATE)["pixels"] == [0] * 64
+
+
+def model_probabilities(model: VisionTransformer, ink: list[int]) -> list[float]:
+    with torch.no_grad():
+        images = torch.tensor(ink, dtype=torch.float32).reshape(1, 1, 8, 8) / 16
+        return model(images).softmax(dim=-1)[0].tolist()
+
+
+def test_loading_a_test_digit_shows_it_and_pytorch_agrees(page, models, test_digits):
+    images, labels = test_digits
+    for index, variant in enumerate(VARIANTS):
+        root = page.locator(".vitbook-playground").nth(index)
+        for digit in (8, 7):
+            root.locator("select.vbp-example").select_option(str(digit))
+            state = (
+                page.evaluate(f"() => window.vitbook.playgrounds[{index}].pixels()"),
+                root.evaluate(STATE),
+            )
+            first = int((labels == digit).nonzero()[0])
+            ink = (images[first] * 16).flatten().int().tolist()
+            assert state[0] == ink
+            expected = model_probabilities(models[variant], ink)
+            shown = state[1]["probabilities"]
+            assert max(abs(a - b) for a, b in zip(shown, expected, strict=True)) < 1e-5
+            assert state[1]["prediction"] == max(range(10), key=expected.__getitem__) == digit
+
+
+def test_the_menus_change_the_maps(page):
+    root = page.locator(".vitbook-playground").first
+    root.locator("select.vbp-example").select_option("8")
+    shown = "root => [root.querySelector('canvas.vbp-attention').toDataURL(), root.querySelector('.vbp-attention-scale').textContent, root.querySelector('canvas.vbp-rollout').toDataURL()]"  # noqa: E501
+    before = root.evaluate(shown)
+    seen = {before[0]}
+    for menu, value in (("layer", "0"), ("head", "2"), ("query", "6")):
+        root.locator(f"select.vbp-{menu}").select_option(value)
+        seen.add(root.evaluate(shown)[0])
+    after = root.evaluate(shown)
+    assert len(seen) == 4, "each menu changed the attention map"
+    assert after[2] != before[2], "the rollout follows the query"
+
+
+def test_the_page_asks_for_nothing_but_itself(page):
+    assert page.errors == []
+    assert [urlsplit(url).scheme for url in page.requests] == ["file"]
+    assert page.requests == [page.path.as_uri()]
+
+
+def test_the_playground_fits_a_phone(page, tmp_path):
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        page.wait_for_timeout(100)
+        widths = page.evaluate(
+            """() => ({page: document.documentElement.scrollWidth,
+                       playgrounds: Array.from(document.querySelectorAll(".vitbook-playground"))
+                         .map(p => p.getBoundingClientRect().right),
+                       grid: document.querySelector("canvas.vbp-grid")
+                         .getBoundingClientRect().width})"""
+        )
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 900})
+    assert widths["page"] <= 390 and max(widths["playgrounds"]) <= 390, widths
+    assert widths["grid"] >= 200, "the grid stays large enough to draw on with a finger"
+
+
+def test_a_playground_inserted_like_jquery_starts(browser, fragments, tmp_path):
+    path = tmp_path / "notebook.html"
+    path.write_text(JQUERY_PAGE, encoding="utf-8")
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.goto(path.as_uri())
+        page.evaluate("html => window.insertLikeJQuery('out2', html)", fragments["cls"])
+        page.evaluate("html => window.insertLikeJQuery('out1', html)", fragments["mean"])
+        state = page.evaluate(
+            """() => ({ready: Array.from(document.querySelectorAll(".vitbook-playground"))
+                         .map(p => p.getAttribute("data-ready")),
+                       pools: window.vitbook.playgrounds.map(p => p.config.pool),
+                       classes: window.vitbook.playgrounds[1].predict(new Array(64).fill(0))
+                         .probabilities.length})"""
+        )
+    finally:
+        page.close()
+    assert not errors, errors
+    # in document order, though the second output was inserted first
+    assert state == {"ready": ["true", "true"], "pools": ["mean", "cls"], "classes": 10}
+
+
+def test_the_javascript_ships_as_package_data():
+    from importlib import resources
+
+    script = resources.files("vitbook") / "assets" / "playground.js"
+    assert script.is_file() and "function forward(model, ink)" in script.read_text()
+    assert isinstance(digit_playground(load_digits_vit()), DigitPlayground)
+    assert Path(__file__).parents[1].joinpath("pyproject.toml").read_text().count('"assets/*"') == 1
+
+
+@pytest.mark.book
+@pytest.mark.xdist_group("book")
+def test_the_chapter_page_runs_the_playground(built_book, browser, models, test_digits):
+    path = built_book / "book" / "inside_vit.html"
+    page = browser.new_page()
+    errors, requests = [], []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("request", lambda request: requests.append(request.url))
+    try:
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_function("() => (window.vitbook || {}).playgrounds?.length === 1")
+        images, _ = test_digits
+        inks = (images[:20] * 16).flatten(1).tolist()
+        shown = page.evaluate(
+            "inks => inks.map(ink => window.vitbook.playgrounds[0].predict(ink).probabilities)",
+            inks,
+        )
+        figure = page.evaluate(
+            """() => !!document.querySelector(".vitbook-playground").closest("figure")
+                       .querySelector("figcaption")"""
+        )
+    finally:
+        page.close()
+    assert not errors, errors
+    assert all(urlsplit(url).scheme in ("file", "data") for url in requests), requests
+    with torch.no_grad():
+        expected = models["mean"](images[:20]).softmax(dim=-1)
+    assert (torch.tensor(shown, dtype=torch.float64) - expected.double()).abs().max() < 1e-5
+    assert figure, "the playground sits in a numbered, captioned figure"

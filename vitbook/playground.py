@@ -1,0 +1,424 @@
+"""Draw a digit: the trained digits ViT runs in the page, and its attention follows the pen.
+
+:func:`digit_playground` shows a drawing grid for an 8 x 8 digit, the model's class
+probabilities as bars, and two maps over the digit: the attention of one layer and head (or the
+mean of the heads) from one query, and the attention rollout from the same query. They update
+as the reader draws, without a kernel: the same HTML fragment works in the HTML book (MyST-NB
+embeds ``text/html`` outputs as they are) and in any notebook front end that runs the scripts
+of its outputs (JupyterLab, the classic notebook, VS Code, Colab).
+
+**How.** Python exports the weights into the page (:func:`export_weights`: each tensor of the
+state dict under its timm name, as base64 of little-endian float32, in a JSON block), and a
+small JavaScript forward pass (``vitbook/assets/playground.js``, inlined into the page) mirrors
+:class:`vitbook.VisionTransformer` equation by equation in float64: patch embedding as a matmul,
+class token, position embedding, pre-norm blocks (LayerNorm with the config's epsilon, fused
+``qkv``, scaled dot-product softmax attention, ``proj``, residual, LayerNorm, MLP with the exact
+erf GELU, residual), final LayerNorm, pooling, head, softmax. It is hand-written rather than a
+vendored inference library (ONNX Runtime Web, TensorFlow.js) because such a library weighs
+megabytes and loads code or WebAssembly from elsewhere, while the page must stay small and work
+offline from disk; and because the book can then show the same ViT in about 200 lines of
+JavaScript that read like ``vitbook.vit``. The browser tests check it against PyTorch on all
+450 test digits.
+
+**What the page offers** (``window.vitbook.playgrounds``, one entry per playground on the page
+in document order; other keys of ``window.vitbook`` are left alone). Each entry has
+``predict(ink)``: 64 ink values (row-major, the digits' scale 0 .. 16; pixel = ink / 16, as in
+:func:`vitbook.data.load_digits_split`) in, ``{logits, probabilities, attention, rollout}``
+out, where ``attention[layer][head]`` is an N x N row-major array of weights (N = 17 for the
+digits models: token 0 the class token, then the 16 patches in row-major grid order; row i is
+query token i) and ``rollout`` is the N x N row-major rollout of
+:func:`vitbook.analysis.attention_rollout` (head fusion ``"mean"``); ``pixels()`` returns the
+ink drawn now, ``load(ink)`` draws given ink.
+
+**Drawing.** The digits were made by counting the pen's pixels of a 32 x 32 bitmap in each
+4 x 4 block, which gives 0 .. 16 (Alpaydin and Kaynak, the data set's description in
+scikit-learn). The playground does the same: the pen and the eraser act on a 32 x 32 bitmap, and
+the model sees the counts. A test digit is loaded as a bitmap with that many pixels on in each
+block.
+
+See chapter: Inside a trained ViT.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from importlib import resources
+
+import torch
+
+from vitbook.vit import VisionTransformer
+
+__all__ = ["DigitPlayground", "decode_weights", "digit_playground", "export_weights"]
+
+IMG_SIZE = (8, 8)
+NUM_CLASSES = 10
+INK_MAX = 16  # the digits' scale: pixel = ink / 16
+MAX_PARAMETERS = 300_000  # 1.6 MB of base64 in the page at most; the digits models have 135,050
+SUPPORTED_POS_EMBEDS = ("learned", "sincos2d", "none")
+
+
+def export_weights(model: VisionTransformer) -> dict:
+    """The model as a JSON-able payload for the page: its config and every tensor it uses.
+
+    Returns:
+        ``{"config": {...}, "tensors": {name: {"shape": [...], "dtype": "float32",
+        "data": base64}}}``: the config's fields that the JavaScript reads, and each tensor of
+        ``model.state_dict()`` under its timm name, plus ``pos_embed`` when it is a fixed
+        (non-persistent) sine-cosine table, as little-endian float32 bytes in base64.
+
+    Raises:
+        TypeError: ``model`` is not a :class:`vitbook.VisionTransformer`, or its weights are not
+            float32 (convert with ``model.float()``).
+        ValueError: a model the page cannot run: not 8 x 8 pixels, 1 channel and 10 classes,
+            relative position bias, more than ``MAX_PARAMETERS`` parameters, or weights
+            holding NaN or inf.
+
+    Example:
+        >>> from vitbook.pretrained import load_digits_vit
+        >>> payload = export_weights(load_digits_vit())
+        >>> payload["config"]["pool"], payload["tensors"]["head.weight"]["shape"]
+        ('mean', [10, 64])
+
+    See chapter: Inside a trained ViT.
+    """
+    _check_model(model)
+    cfg = model.config
+    tensors = dict(model.state_dict())
+    if "pos_embed" not in tensors and model.pos_embed is not None:
+        tensors["pos_embed"] = model.pos_embed  # the sincos2d table, a non-persistent buffer
+    config = {
+        "img_size": list(cfg.img_size),
+        "patch_size": cfg.patch_size,
+        "in_chans": cfg.in_chans,
+        "num_classes": cfg.num_classes,
+        "embed_dim": cfg.embed_dim,
+        "depth": cfg.depth,
+        "num_heads": cfg.num_heads,
+        "class_token": cfg.class_token,
+        "pos_embed": cfg.pos_embed,
+        "pool": cfg.pool,
+        "norm_eps": cfg.norm_eps,
+    }
+    return {
+        "config": config,
+        "tensors": {name: _encode(tensor) for name, tensor in tensors.items()},
+    }
+
+
+def decode_weights(payload: dict) -> dict[str, torch.Tensor]:
+    """The tensors of an :func:`export_weights` payload, as float32 tensors of their shapes.
+
+    Raises:
+        ValueError: a payload that is not one of :func:`export_weights`, or a tensor whose
+            bytes do not fit its shape.
+
+    Example:
+        >>> from vitbook.pretrained import load_digits_vit
+        >>> model = load_digits_vit()
+        >>> tensors = decode_weights(export_weights(model))
+        >>> torch.equal(tensors["head.bias"], model.head.bias)
+        True
+
+    See chapter: Inside a trained ViT.
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("tensors"), dict):
+        raise ValueError(
+            "payload must be the dict returned by export_weights(model), with a 'tensors' key."
+        )
+    tensors = {}
+    for name, entry in payload["tensors"].items():
+        data = base64.b64decode(entry["data"])
+        shape = tuple(entry["shape"])
+        if entry.get("dtype") != "float32" or len(data) != 4 * math.prod(shape):
+            raise ValueError(
+                f"tensor {name!r} holds {len(data)} bytes of {entry.get('dtype')!r}, but shape "
+                f"{shape} in float32 needs {4 * math.prod(shape)}; export it again."
+            )
+        flat = torch.frombuffer(bytearray(data), dtype=torch.float32)
+        if not _little_endian():  # pragma: no cover - every machine this runs on is
+            flat = flat.view(torch.uint8).reshape(-1, 4).flip(-1).reshape(-1).view(torch.float32)
+        tensors[name] = flat.reshape(shape).clone()
+    return tensors
+
+
+class DigitPlayground:
+    """A digit playground for one model; displaying it (``_repr_html_``) shows it.
+
+    Attributes:
+        payload: the :func:`export_weights` payload, with the test digits under ``"examples"``.
+
+    Example:
+        >>> from vitbook.pretrained import load_digits_vit
+        >>> playground = digit_playground(load_digits_vit())
+        >>> playground
+        DigitPlayground(pool='mean', depth=4, num_heads=4, 10 test digits)
+
+    See chapter: Inside a trained ViT.
+    """
+
+    def __init__(self, payload: dict) -> None:
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        cfg = self.payload["config"]
+        return (
+            f"DigitPlayground(pool={cfg['pool']!r}, depth={cfg['depth']}, "
+            f"num_heads={cfg['num_heads']}, {len(self.payload['examples'])} test digits)"
+        )
+
+    def to_html(self) -> str:
+        """The self-contained fragment: markup, inline style, the weights and the script."""
+        return render(self.payload)
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+
+def digit_playground(
+    model: VisionTransformer,
+    *,
+    examples: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> DigitPlayground:
+    """Draw a digit and watch the model's prediction, attention and rollout, in the page.
+
+    Args:
+        model: a :class:`vitbook.VisionTransformer` for 8 x 8 one-channel digits with 10
+            classes, such as :func:`vitbook.pretrained.load_digits_vit` (either variant).
+        examples: ``(images, labels)`` that "load a test digit" offers: images (K, 1, 8, 8)
+            in [0, 1], labels (K,) in 0 .. 9, 1 <= K <= 20. Defaults to the first test digit
+            of each class of :func:`vitbook.data.load_digits_split` (whose pixels are ink / 16,
+            so they load exactly).
+
+    Returns:
+        A :class:`DigitPlayground`; a notebook shows it when it is a cell's last value.
+
+    Raises:
+        TypeError / ValueError: a model that :func:`export_weights` refuses; examples that are
+            not (K, 1, 8, 8) images in [0, 1] with K labels in 0 .. 9.
+
+    Example:
+        >>> from vitbook.pretrained import load_digits_vit
+        >>> page = digit_playground(load_digits_vit(variant="cls")).to_html()
+        >>> page.startswith('<div class="vitbook-playground"'), "://" in page
+        (True, False)
+
+    See chapter: Inside a trained ViT.
+    """
+    payload = export_weights(model)
+    if examples is None:
+        from vitbook.data import load_digits_split
+
+        _, _, images, labels = load_digits_split()
+        first = [int((labels == digit).nonzero()[0]) for digit in range(NUM_CLASSES)]
+        examples = (images[first], labels[first])
+    images, labels = _check_examples(examples)
+    payload["examples"] = [
+        {"label": int(label), "ink": [_number(v) for v in (image * INK_MAX).flatten().tolist()]}
+        for image, label in zip(images, labels, strict=True)
+    ]
+    return DigitPlayground(payload)
+
+
+def _check_model(model: object) -> None:
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(
+            f"model must be a vitbook VisionTransformer, got {type(model).__name__}; load one "
+            "with vitbook.pretrained.load_digits_vit()."
+        )
+    cfg = model.config
+    if cfg.img_size != IMG_SIZE or cfg.in_chans != 1 or cfg.num_classes != NUM_CLASSES:
+        raise ValueError(
+            f"the playground draws 8 x 8 grey digits of 10 classes, but the model has "
+            f"img_size={cfg.img_size}, in_chans={cfg.in_chans}, num_classes={cfg.num_classes}; "
+            "use a digits model such as load_digits_vit()."
+        )
+    if cfg.pos_embed not in SUPPORTED_POS_EMBEDS:
+        raise ValueError(
+            f"pos_embed={cfg.pos_embed!r} is not supported: the page's forward pass adds a "
+            f"position table to the tokens ({', '.join(SUPPORTED_POS_EMBEDS)}) and has no "
+            "relative position bias; use a model with pos_embed='sincos2d' or 'learned'."
+        )
+    count = sum(p.numel() for p in model.parameters())
+    if count > MAX_PARAMETERS:
+        raise ValueError(
+            f"the model has {count:,} parameters, {4 * count * 4 / 3 / 1e6:.1f} MB of weights in "
+            f"the page; the playground takes at most {MAX_PARAMETERS:,}: use a smaller model."
+        )
+    for name, tensor in model.state_dict().items():
+        if tensor.dtype != torch.float32:
+            raise TypeError(
+                f"{name} has dtype {tensor.dtype}; the page holds float32 weights: convert "
+                "the model with model.float()."
+            )
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{name} holds NaN or inf; the model cannot be run in the page.")
+
+
+def _check_examples(examples: object) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(examples, (tuple, list)) or len(examples) != 2:
+        raise TypeError(
+            f"examples must be a pair (images, labels), got {type(examples).__name__}; "
+            "pass e.g. (x_test[:10], y_test[:10])."
+        )
+    images, labels = examples
+    if not isinstance(images, torch.Tensor) or not isinstance(labels, torch.Tensor):
+        raise TypeError("examples must be two tensors: images (K, 1, 8, 8) and labels (K,).")
+    images = images.detach().float().cpu()
+    k = images.shape[0] if images.ndim == 4 else -1
+    if images.shape[1:] != (1, *IMG_SIZE) or not 1 <= k <= 20 or labels.shape != (k,):
+        raise ValueError(
+            f"examples have images of shape {tuple(images.shape)} and labels of shape "
+            f"{tuple(labels.shape)}; pass 1 to 20 images (K, 1, 8, 8) and K labels (K,)."
+        )
+    if not bool(((images >= 0) & (images <= 1)).all()):
+        raise ValueError(
+            "example images must lie in [0, 1] (pixel = ink / 16, as load_digits_split gives)."
+        )
+    if labels.is_floating_point() or not bool(((labels >= 0) & (labels < 10)).all()):
+        raise ValueError(f"example labels must be integers 0 .. 9, got {labels.tolist()}.")
+    return images, labels
+
+
+def _encode(tensor: torch.Tensor) -> dict:
+    values = tensor.detach().cpu().contiguous().to(torch.float32)
+    data = values.numpy().astype("<f4").tobytes()  # little-endian, whatever the machine
+    return {
+        "shape": list(values.shape),
+        "dtype": "float32",
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+
+
+def _little_endian() -> bool:
+    import sys
+
+    return sys.byteorder == "little"
+
+
+def _number(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else round(value, 6)
+
+
+def _script() -> str:
+    return (resources.files("vitbook") / "assets" / "playground.js").read_text(encoding="utf-8")
+
+
+def render(payload: dict) -> str:
+    """The HTML fragment of one playground (see the module docstring for what it holds)."""
+    cfg = payload["config"]
+    gh, gw = (size // cfg["patch_size"] for size in cfg["img_size"])
+    prefix = int(cfg["class_token"])
+    layers = "".join(
+        f'<option value="{i}"{" selected" * (i == cfg["depth"] - 1)}>{i + 1}</option>'
+        for i in range(cfg["depth"])
+    )
+    heads = '<option value="mean" selected>mean of the heads</option>' + "".join(
+        f'<option value="{h}">{h + 1}</option>' for h in range(cfg["num_heads"])
+    )
+    queries = []
+    if cfg["pool"] == "mean":
+        queries.append(("pooled", "pooled output (the head reads it)"))
+    if prefix:
+        read = " (the head reads it)" if cfg["pool"] == "cls" else ""
+        queries.append(("0", f"class token{read}"))
+    queries += [
+        (str(prefix + k), f"patch {k} (row {k // gw}, col {k % gw})") for k in range(gh * gw)
+    ]
+    query_options = "".join(f'<option value="{v}">{html.escape(t)}</option>' for v, t in queries)
+    example_options = '<option value="">(your drawing)</option>' + "".join(
+        f'<option value="{i}"{" selected" * (i == 0)}>a {e["label"]}</option>'
+        for i, e in enumerate(payload["examples"])
+    )
+    bars = "".join(
+        f'<div class="vbp-bar"><span class="vbp-class">{d}</span>'
+        '<span class="vbp-track"><span class="vbp-fill"></span></span><output></output></div>'
+        for d in range(cfg["num_classes"])
+    )
+    model = json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
+    script = _script()
+    if "</script" in script.lower():  # pragma: no cover - a guard for edits of the asset
+        raise RuntimeError("playground.js must not contain '</script'.")
+    return (
+        f'<div class="vitbook-playground" data-pool="{cfg["pool"]}">{STYLE}'
+        '<div class="vbp-top"><div class="vbp-draw">'
+        '<canvas class="vbp-grid" width="480" height="480" role="img" '
+        'aria-label="Drawing grid of 8 by 8 pixels: draw a digit with the mouse or a finger">'
+        "</canvas>"
+        '<div class="vbp-row"><button type="button" data-tool="pen" aria-pressed="true">Pen'
+        '</button><button type="button" data-tool="eraser" aria-pressed="false">Eraser</button>'
+        '<button type="button" class="vbp-clear">Clear</button>'
+        f'<label>Test digit <select class="vbp-example" autocomplete="off">{example_options}'
+        "</select></label></div></div>"
+        f'<div class="vbp-bars"><div class="vbp-title">Class probabilities</div>{bars}</div>'
+        "</div>"
+        '<div class="vbp-row vbp-menus">'
+        f'<label>Layer <select class="vbp-layer" autocomplete="off">{layers}</select></label>'
+        f'<label>Head <select class="vbp-head" autocomplete="off">{heads}</select></label>'
+        f'<label>Query <select class="vbp-query" autocomplete="off">{query_options}</select>'
+        "</label></div>"
+        '<div class="vbp-maps">'
+        '<div class="vbp-map"><div class="vbp-title">Attention of the layer and head</div>'
+        '<canvas class="vbp-attention" width="320" height="320" role="img" '
+        'aria-label="The attention of the chosen layer and head from the chosen query, in '
+        'orange over the digit"></canvas><div class="vbp-attention-scale vbp-scale"></div>'
+        "</div>"
+        '<div class="vbp-map"><div class="vbp-title">Attention rollout, all layers</div>'
+        '<canvas class="vbp-rollout" width="320" height="320" role="img" '
+        'aria-label="The attention rollout from the chosen query, in orange over the digit">'
+        '</canvas><div class="vbp-rollout-scale vbp-scale"></div></div></div>'
+        '<p class="vbp-note">Orange: each patch\'s share, from 0 to the largest share in the map '
+        "(printed under it, with the class token's share, which has no place on the grid).</p>"
+        '<details class="vbp-pixels"><summary>The ink as a Python list</summary>'
+        '<textarea class="vbp-ink" readonly rows="10" spellcheck="false" '
+        'aria-label="The ink values of the drawing, 8 rows of 8, from 0 to 16"></textarea>'
+        "</details>"
+        f'<script type="application/json" class="vbp-model">{model}</script>'
+        f'<script class="vbp-js">{script}</script></div>'
+    )
+
+
+STYLE = (
+    "<style>"
+    ".vitbook-playground{margin:0.5em 0;max-width:100%;box-sizing:border-box;text-align:left}"
+    ".vitbook-playground *{box-sizing:border-box}"
+    ".vitbook-playground .vbp-top,.vitbook-playground .vbp-maps{display:flex;flex-wrap:wrap;"
+    "gap:0.8em 1.5em;align-items:flex-start}"
+    ".vitbook-playground .vbp-draw{width:240px;max-width:100%}"
+    ".vitbook-playground canvas{display:block;width:100%;height:auto;aspect-ratio:1;"
+    "border:1px solid rgba(128,128,128,0.6)}"
+    ".vitbook-playground canvas.vbp-grid{touch-action:none;cursor:crosshair}"
+    ".vitbook-playground .vbp-row{display:flex;flex-wrap:wrap;gap:0.4em 0.6em;align-items:center;"
+    "margin:0.5em 0}"
+    ".vitbook-playground .vbp-menus{gap:0.4em 1.5em}"
+    ".vitbook-playground label{display:inline-flex;flex-wrap:wrap;align-items:center;"
+    "gap:0.2em 0.5em;margin:0;max-width:100%}"
+    ".vitbook-playground select{max-width:100%;font:inherit;font-size:0.9em}"
+    ".vitbook-playground button{font:inherit;font-size:0.9em;color:inherit;background:none;"
+    "border:1px solid rgba(128,128,128,0.7);border-radius:4px;padding:0.15em 0.7em;"
+    "min-height:2em;cursor:pointer}"
+    ".vitbook-playground button[aria-pressed=true]{background:rgba(31,119,180,0.2);"
+    "border-color:#1f77b4;font-weight:600}"
+    ".vitbook-playground .vbp-bars{flex:1 1 200px;max-width:340px}"
+    ".vitbook-playground .vbp-title{font-weight:600;margin:0 0 0.3em;font-size:0.95em}"
+    ".vitbook-playground .vbp-bar{display:flex;align-items:center;gap:0.5em;height:1.6em}"
+    ".vitbook-playground .vbp-class{width:1em;text-align:right;font-variant-numeric:tabular-nums}"
+    ".vitbook-playground .vbp-track{flex:1;height:0.9em;background:rgba(128,128,128,0.18);"
+    "border-radius:2px;overflow:hidden}"
+    ".vitbook-playground .vbp-fill{display:block;height:100%;width:0;background:#1f77b4}"
+    ".vitbook-playground .vbp-best .vbp-fill{background:#e6550d}"
+    ".vitbook-playground .vbp-best .vbp-class,.vitbook-playground .vbp-best output"
+    "{font-weight:700}"
+    ".vitbook-playground output{width:4.2em;text-align:right;white-space:nowrap;"
+    "font-variant-numeric:tabular-nums;font-size:0.9em}"
+    ".vitbook-playground .vbp-map{width:160px;max-width:calc(50% - 0.75em)}"
+    ".vitbook-playground .vbp-scale,.vitbook-playground .vbp-note{font-size:0.85em;"
+    "margin:0.2em 0 0}"
+    ".vitbook-playground .vbp-note{margin:0.5em 0}"
+    ".vitbook-playground details{margin:0.3em 0}"
+    ".vitbook-playground textarea{width:100%;max-width:24em;font-family:monospace;"
+    "font-size:0.85em;color:inherit;background:none}"
+    "</style>"
+)
