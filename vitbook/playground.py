@@ -418,6 +418,8 @@ STYLE = (
     "margin:0.2em 0 0}"
     ".vitbook-playground .vbp-note{margin:0.5em 0}"
     ".vitbook-playground details{margin:0.3em 0}"
+    # the classic Notebook's stylesheet hides the disclosure triangle of <summary>
+    ".vitbook-playground summary{display:list-item;cursor:pointer}"
     ".vitbook-playground textarea{width:100%;max-width:24em;font-family:monospace;"
     "font-size:0.85em;color:inherit;background:none}"
     "</style>"
