@@ -160,9 +160,10 @@ def tool_env(threads: int | None = None) -> dict[str, str]:
     env["VIRTUAL_ENV"] = str(VENV)
     env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
-    # The models here are toys: two threads per process (one per process when pytest runs a
-    # worker per core) keep a 2-core machine responsive while pytest, notebook kernels and the
-    # book build share it. Users may override each variable.
+    # The models here are toys. On an idle 2-core machine two threads train and run them faster
+    # than one; with the other core busy, one thread is faster, by 1.2 to 6 times (the threads
+    # section of benchmarks/run.py). So: two threads for the book build alone, one per process
+    # when pytest runs a worker per core beside the build's kernels. Users may override each.
     threads = threads or max(1, min(2, cpu_count()))
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env.setdefault(name, str(threads))

@@ -152,6 +152,7 @@ def test_links_name_pages_of_the_book(generated):
 
 
 @pytest.mark.book
+@pytest.mark.xdist_group("book")  # with the other users of the build, on one pytest-xdist worker
 def test_links_resolve_to_pages_of_the_built_book(generated, built_book):
     site = colab.site_url(read_yaml("_config.yml"))
     for url in published_links(generated):

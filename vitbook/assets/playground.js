@@ -130,7 +130,7 @@ in row-major grid order; 17 for the digits models):
     }
     var embedded = linear(patches, gh * gw, W["patch_embed.proj.weight"],
                           W["patch_embed.proj.bias"], D);  // (Gh * Gw, D)
-    // z_0 = [x_class; x_1 E; ...; x_N E] + E_pos                     (N, D)
+    // z_0 = [x_class; x_1 E; ...; x_N E] + E_pos: (N, D)
     var x = new Float64Array(n * D);
     if (prefix) x.set(W["cls_token"], 0);
     x.set(embedded, prefix * D);
@@ -150,11 +150,13 @@ in row-major grid order; 17 for the digits models):
                        W[b + "attn.proj.bias"], D);
       for (i = 0; i < n * D; i++) x[i] += out[i];
       // x = x + MLP(LayerNorm(x)), MLP = fc2(GELU(fc1))
-      h = layerNorm(x, n, W[b + "norm2.weight"], W[b + "norm2.bias"], eps);
+      h = layerNorm(x, n, W[b + "norm2.weight"], W[b + "norm2.bias"],
+                    eps);
       var hidden = W[b + "mlp.fc1.bias"].length;
       h = linear(h, n, W[b + "mlp.fc1.weight"], W[b + "mlp.fc1.bias"],
                  hidden).map(gelu);  // (N, hidden)
-      out = linear(h, n, W[b + "mlp.fc2.weight"], W[b + "mlp.fc2.bias"], D);
+      out = linear(h, n, W[b + "mlp.fc2.weight"], W[b + "mlp.fc2.bias"],
+                   D);
       for (i = 0; i < n * D; i++) x[i] += out[i];
     }
     x = layerNorm(x, n, W["norm.weight"], W["norm.bias"], eps);
