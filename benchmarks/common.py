@@ -259,8 +259,10 @@ def subprocess_env(threads: int = THREADS) -> dict[str, str]:
 
     This interpreter's folder comes first on PATH (the kernel spec says plain ``python``), the
     working tree comes first on PYTHONPATH (its ``vitbook`` is the one measured, installed or
-    not), MPLBACKEND is dropped (kernels keep the inline backend), and OpenMP/MKL get the same
-    thread count as this process unless the caller set one.
+    not), MPLBACKEND is dropped (kernels keep the inline backend), OpenMP/MKL get the same
+    thread count as this process unless the caller set one, and the Hugging Face hub is offline
+    unless the caller set ``HF_HUB_OFFLINE``: builds and tests never download (as in
+    ``tasks.py``), and without it the pretrained chapter would time its wait for a network.
     """
     env = dict(os.environ)
     env.pop("MPLBACKEND", None)
@@ -269,4 +271,5 @@ def subprocess_env(threads: int = THREADS) -> dict[str, str]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(name, str(threads))
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    env.setdefault("HF_HUB_OFFLINE", "1")
     return env

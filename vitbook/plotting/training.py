@@ -156,7 +156,7 @@ def plot_history(history, *, title: str = "learning curves") -> Figure:
     )
     loss_ax.plot(epochs, history.train_loss, color="C0")
     loss_ax.set(xlabel="epoch", ylabel="cross-entropy", title="training loss", yscale="log")
-    acc_ax.plot(epochs, history.train_accuracy, color="C0", label="training (augmented)")
+    acc_ax.plot(epochs, history.train_accuracy, color="C0", label="training batches")
     if history.eval_accuracy:
         acc_ax.plot(epochs, history.eval_accuracy, color="C1", label="test")
     acc_ax.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1.01))
