@@ -213,6 +213,15 @@ def test(pytest_args: list[str]) -> int:
         say(f"{error} (continuing: the classic-Notebook test will fail)")
     workers = pytest_workers(pytest_args)
     env = tool_env(threads=1 if workers else None)
+    if workers:
+        # A worker per core, beside the build's kernels and their frame workers: with more than
+        # one thread per process the cores are oversubscribed and OpenMP's waiting threads slow
+        # the tiny models down by several times (cells then run into their timeouts). So one
+        # thread per process here, even where the shell asked for more.
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            if env[name] != "1":
+                say(f"{name}={env[name]} -> 1 for the parallel test run (one thread per process)")
+                env[name] = "1"
     # Agg for figures made inside pytest itself. Notebook kernels started by the book tests get
     # this variable removed, so that they keep Jupyter's inline backend and show their figures.
     env["MPLBACKEND"] = "Agg"

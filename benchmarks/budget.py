@@ -131,7 +131,9 @@ def run_test_command(busy_core: bool = False) -> dict[str, object]:
     loop), as when a CI runner shares its machine: the tests must still pass, only slower.
     """
     env = dict(os.environ)
-    env.pop("MPLBACKEND", None)  # as a user's shell would have it; tasks.py sets its own
+    # As a user's shell would have it: tasks.py sets its own backend and thread counts.
+    for name in ("MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env.pop(name, None)
     loop = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy_core else None
     start = cpu_sample()
     try:
