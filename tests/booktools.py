@@ -21,6 +21,32 @@ LOG_TAIL_LINES = 80
 # What the browser test saw (pages, figures, controls moved, requests refused), for the summary
 # that tests/conftest.py prints at the end of the run.
 BROWSER_SUMMARY = pytest.StashKey[dict]()
+# Headless Chromium for the browser tests: Debian's `chromium` (never `playwright install`), no
+# sandbox (tests may run as root), and nothing that would reach for the network on its own.
+CHROMIUM_FLAGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+)
+# How the classic Notebook inserts an HTML output (jQuery's .html()): the markup first, then each
+# inline script evaluated from a temporary <script> in <head>, so that document.currentScript is
+# not inside the output. A page defines it with <script>{INSERT_LIKE_JQUERY}</script>.
+INSERT_LIKE_JQUERY = """window.insertLikeJQuery = function (id, html) {
+  var target = document.getElementById(id);
+  target.innerHTML = html;
+  var scripts = target.querySelectorAll("script");
+  for (var i = 0; i < scripts.length; i++) {
+    var type = scripts[i].getAttribute("type");
+    if (type && type !== "text/javascript") continue;
+    var script = document.createElement("script");
+    script.text = scripts[i].textContent;
+    document.head.appendChild(script).parentNode.removeChild(script);
+  }
+};"""
 
 
 def venv_executable(name: str) -> str:

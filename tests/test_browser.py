@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from booktools import BROWSER_SUMMARY, BUILD_DIR
+from booktools import BROWSER_SUMMARY, BUILD_DIR, CHROMIUM_FLAGS
 
 # All on the worker that holds the build (pytest-xdist), one Chromium session for every page.
 pytestmark = [pytest.mark.book, pytest.mark.xdist_group("book")]
@@ -29,15 +29,6 @@ pytestmark = [pytest.mark.book, pytest.mark.xdist_group("book")]
 SCREENSHOTS = BUILD_DIR / "screenshots"
 PAGE_LIMIT_BYTES = 5_000_000  # BOOK.md: keep a page under 5 MB
 LOCAL_SCHEMES = {"file", "data", "blob", "about"}
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-]
 REDIRECT = re.compile(r'http-equiv="refresh" content="\d+; ?url=(?P<target>[^"]+)"', re.IGNORECASE)
 # Where the book puts an interactive figure (vitbook.widgets) and the parts of one.
 EXPLORER = ".vitbook-explorer"

@@ -39,17 +39,10 @@ from urllib.parse import urlsplit
 
 import nbformat
 import pytest
-from booktools import ROOT
+from booktools import CHROMIUM_FLAGS, ROOT
 
 pytestmark = pytest.mark.book
 
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 PLAYGROUND_TEST_DIGIT = 0  # index in the test split of vitbook.data.load_digits_split()
 CELLS = [
     "import base64\nimport json\n\nfrom matplotlib.figure import Figure\n\n"

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import torch
+from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY
 
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.analysis import attention_rollout
@@ -43,36 +44,18 @@ JS_TOLERANCE = 1e-5
 FLOAT64_TOLERANCE = 1e-12
 FRAGMENT_LIMIT_BYTES = 900_000  # the weights (about 720 kB of base64) and the page around them
 URL = re.compile(r"https?:|(?:src|href)\s*=\s*[\"']?//|url\(|@import|fetch\(|XMLHttpRequest")
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-]
 PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1"><title>playground</title>
 </head><body style="max-width: 688px; margin: 0 auto; padding: 0 16px; font-family: sans-serif">
 <script>window.vitbook = {other: "kept"};</script>{fragments}</body></html>"""
-JQUERY_PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>notebook</title></head>
+JQUERY_PAGE = (
+    """<!DOCTYPE html><html><head><meta charset="utf-8"><title>notebook</title></head>
 <body><div id="out1"></div><div id="out2"></div><script>
-// Like jQuery's .html() in the classic notebook: markup first, then each inline script
-// evaluated from a temporary <script> in <head>.
-window.insertLikeJQuery = function (id, html) {
-  var target = document.getElementById(id);
-  target.innerHTML = html;
-  var scripts = target.querySelectorAll("script");
-  for (var i = 0; i < scripts.length; i++) {
-    var type = scripts[i].getAttribute("type");
-    if (type && type !== "text/javascript") continue;
-    var script = document.createElement("script");
-    script.text = scripts[i].textContent;
-    document.head.appendChild(script).parentNode.removeChild(script);
-  }
-};
+"""
+    + INSERT_LIKE_JQUERY
+    + """
 </script></body></html>"""
+)
 # Every digit through predict(); the results go back packed as float64 bytes in base64, one
 # row per digit: 10 probabilities, 10 logits, the attention (L, Nh, N, N), the rollout (N, N).
 PREDICT_ALL = """([index, inks]) => {

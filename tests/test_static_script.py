@@ -16,17 +16,13 @@ import shutil
 import tempfile
 
 import pytest
+from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY
 from matplotlib.figure import Figure
 
 from vitbook.explorer import explore
 
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-]
-PAGE = """<!DOCTYPE html><html><head><title>notebook</title></head><body>
+PAGE = (
+    """<!DOCTYPE html><html><head><title>notebook</title></head><body>
 <div id="notebook" tabindex="-1"><div id="out1"></div><div id="out2"></div></div>
 <script>
 window.commandModeKeys = [];
@@ -37,20 +33,11 @@ document.getElementById("notebook").addEventListener("keydown", function (event)
     window.commandModeKeys.push(event.key);
   }
 });
-// Like jQuery's .html(): markup first, then each inline script evaluated from <head>.
-window.insertLikeJQuery = function (id, html) {
-  var target = document.getElementById(id);
-  target.innerHTML = html;
-  var scripts = target.querySelectorAll("script");
-  for (var i = 0; i < scripts.length; i++) {
-    var type = scripts[i].getAttribute("type");
-    if (type && type !== "text/javascript") continue;
-    var script = document.createElement("script");
-    script.text = scripts[i].textContent;
-    document.head.appendChild(script).parentNode.removeChild(script);
-  }
-};
+"""
+    + INSERT_LIKE_JQUERY
+    + """
 </script></body></html>"""
+)
 STATE = """root => ({
   ready: root.getAttribute("data-ready"),
   key: root.querySelector("img.vbx-frame").getAttribute("data-key"),
