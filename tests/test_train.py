@@ -1,10 +1,15 @@
 """vitbook.train: fit lowers the loss, is reproducible, evaluate counts right, errors explain."""
 
+import sys
+from pathlib import Path
+
 import matplotlib
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+import vitbook
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.train import History, evaluate, fit, plot_history, predict, random_shift
 
@@ -123,3 +128,116 @@ def test_other_errors():
         predict(tiny_vit(), torch.zeros(2, 1, 4, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="at least one epoch"):
         plot_history(History())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16", "auto"])
+def test_each_precision_trains_on_the_cpu(precision):
+    data = toy_problem()
+    history = fit(tiny_vit(), data, epochs=12, lr=3e-3, batch_size=16, precision=precision,
+                  progress=False)  # fmt: skip
+    assert history.precision == ("fp32" if precision == "auto" else precision)
+    assert history.train_loss[-1] < 0.8 * history.train_loss[0]
+
+
+def test_mixed_precision_computes_in_the_low_precision():
+    seen = []
+    model = tiny_vit()
+    model.head.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    fit(model, toy_problem(16), epochs=1, batch_size=16, precision="bf16", progress=False)
+    fit(model, toy_problem(16), epochs=1, batch_size=16, precision="fp32", progress=False)
+    assert seen == [torch.bfloat16, torch.float32]
+    assert evaluate(model, toy_problem(16), precision="bf16") == pytest.approx(
+        evaluate(model, toy_problem(16)), abs=0.13)  # fmt: skip
+
+
+def test_only_parameters_that_require_grad_are_trained():
+    model = tiny_vit()
+    model.requires_grad_(False)
+    model.head.requires_grad_(True)  # a linear probe
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    fit(model, toy_problem(), epochs=2, batch_size=16, progress=False)
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert changed == {"head.weight", "head.bias"}
+    model.head.requires_grad_(False)
+    with pytest.raises(ValueError, match="no parameter with requires_grad=True"):
+        fit(model, toy_problem(), epochs=1, progress=False)
+
+
+def test_sgd_with_clipping_takes_a_step_of_the_clipped_length():
+    """First SGD step: momentum buffer = gradient, so the step is lr times the clipped gradient."""
+    images, labels = toy_problem(16)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 2))
+    with torch.no_grad():
+        model[1].weight.mul_(100.0)  # a large loss, so a large gradient
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    fit(model, (images * 100, labels), epochs=1, batch_size=16, lr=1.0, optimizer="sgd",
+        weight_decay=0.0, warmup_epochs=0, clip_grad_norm=0.5, progress=False)  # fmt: skip
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    # One step of a one-step cosine schedule: the learning-rate factor is 1 at step 0.
+    assert (after - before).norm().item() == pytest.approx(0.5, rel=1e-4)
+
+
+def test_mix_gets_labels_and_its_soft_targets_train():
+    calls = []
+
+    def swap_half(images, labels, generator):
+        calls.append((images.shape, labels.shape, generator.device))
+        targets = F.one_hot(labels, 2).float() * 0.9 + 0.05  # (B, 2) rows sum to 1
+        return images, targets
+
+    history = fit(tiny_vit(), toy_problem(), epochs=10, lr=3e-3, batch_size=16, mix=swap_half,
+                  progress=False)  # fmt: skip
+    assert len(calls) == 30 and calls[0] == ((16, 1, 4, 4), (16,), torch.device("cpu"))
+    assert history.train_loss[-1] < history.train_loss[0]
+    with pytest.raises(TypeError, match=r"mix must be a function mix\(images, labels"):
+        fit(tiny_vit(), toy_problem(), epochs=1, mix="mixup", progress=False)
+
+
+def test_a_step_touches_the_host_at_most_once(monkeypatch):
+    """Count what makes a GPU wait for the host: vitbook reading a tensor's value into Python.
+
+    The count grows with the number of steps by at most one per step (the finiteness check);
+    everything else (input checks, the per-epoch sums, evaluation) does not grow with steps.
+    Reads inside torch itself are not counted: on the CPU the optimizer reads its step counters
+    (CPU tensors), while on a GPU ``fit`` uses the fused optimizers, which read nothing.
+    """
+    package = str(Path(vitbook.__file__).parent)
+    reads = []
+    for method in ("__bool__", "item", "tolist", "cpu", "numpy", "__float__", "__int__"):
+        original = getattr(torch.Tensor, method)
+
+        def counted(self, *args, _original=original, _method=method, **kwargs):
+            if sys._getframe(1).f_code.co_filename.startswith(package):
+                reads.append(_method)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, method, counted)
+    counts = {}
+    for steps in (4, 12):
+        reads.clear()
+        fit(tiny_vit(), toy_problem(16 * steps), epochs=1, batch_size=16,
+            augment=random_shift(1), progress=False)  # fmt: skip
+        counts[steps] = len(reads)
+    assert counts[12] - counts[4] <= 12 - 4, counts
+
+
+def test_precision_and_optimizer_are_checked():
+    with pytest.raises(ValueError, match=r"precision='half' is not supported; choose one of"):
+        fit(tiny_vit(), toy_problem(), epochs=1, precision="half", progress=False)
+    with pytest.raises(ValueError, match=r"optimizer='adam' is not supported"):
+        fit(tiny_vit(), toy_problem(), epochs=1, optimizer="adam", progress=False)
+    with pytest.raises(ValueError, match=r"clip_grad_norm=0 must be a finite number > 0"):
+        fit(tiny_vit(), toy_problem(), epochs=1, clip_grad_norm=0, progress=False)
+    with pytest.raises(ValueError, match=r"precision='fp8'"):
+        predict(tiny_vit(), torch.zeros(2, 1, 4, 4), precision="fp8")
+
+
+def test_random_shift_is_a_crop_of_the_zero_padded_image():
+    images = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    generator = torch.Generator().manual_seed(7)
+    offsets = torch.randint(0, 5, (2, 2), generator=torch.Generator().manual_seed(7)).tolist()
+    shifted = random_shift(2)(images, generator)
+    padded = F.pad(images, (2, 2, 2, 2))
+    for k, (dy, dx) in enumerate(offsets):
+        assert torch.equal(shifted[k], padded[k, :, dy : dy + 4, dx : dx + 5])
+    assert shifted.is_contiguous() and shifted.stride() == images.stride()

@@ -202,13 +202,23 @@ def finite(name: str, value: torch.Tensor) -> torch.Tensor:
     return value
 
 
+def _autocast_on(device: torch.device) -> bool:
+    """Whether mixed precision is on for ``device``: dtypes then legitimately differ."""
+    try:
+        return torch.is_autocast_enabled(device.type)
+    except (TypeError, RuntimeError):  # a device type without autocast (meta, say)
+        return False
+
+
 def like(name: str, value: torch.Tensor, reference: torch.Tensor, owner: str) -> torch.Tensor:
     """Raise unless ``value`` has the dtype and the device of ``reference`` (an owner's weight).
 
     Tensors are never converted silently: a float64 image from NumPy fed to a float32 model is a
-    mistake to fix once, where the data are made, not a cost to pay in every forward pass.
+    mistake to fix once, where the data are made, not a cost to pay in every forward pass. Under
+    ``torch.autocast`` dtypes differ by design (bf16 activations, fp32 weights) and only the
+    device is checked.
     """
-    if value.dtype != reference.dtype:
+    if value.dtype != reference.dtype and not _autocast_on(value.device):
         method = {torch.float32: "float", torch.float64: "double", torch.float16: "half"}.get(
             reference.dtype
         )
@@ -223,6 +233,108 @@ def like(name: str, value: torch.Tensor, reference: torch.Tensor, owner: str) ->
             f"with {name}.to({str(reference.device)!r})."
         )
     return value
+
+
+def patch_inputs(
+    value: object, in_chans: int, img_size: tuple[int, int] | None, weight: torch.Tensor
+) -> torch.Tensor:
+    """Images for a patch embedding: (B, C, H, W) float, C channels, of the size it was built for.
+
+    Shapes, dtypes and devices only (no values: that would make a GPU wait on every call).
+    ``img_size`` None accepts any size that the caller checks itself.
+    """
+    batch = images(value)
+    if batch.shape[1] != in_chans:
+        raise ValueError(
+            f"images have {batch.shape[1]} channels but the model was built for "
+            f"in_chans={in_chans}; convert the images or build the model with "
+            f"in_chans={batch.shape[1]}."
+        )
+    size = tuple(batch.shape[-2:])
+    if img_size is not None and size != img_size:
+        raise ValueError(
+            f"images are {size[0]}x{size[1]} pixels but the model was built for "
+            f"img_size={img_size}; resize the images, or build a model with "
+            f"img_size={size} and move the position embeddings there with "
+            "vitbook.resample_pos_embed."
+        )
+    return like("images", batch, weight, "the model")
+
+
+def tokens(x: object, embed_dim: int, weight: torch.Tensor, owner: str = "the layer") -> None:
+    """Tokens for a layer: a (B, N, D) float tensor of its width, dtype and device."""
+    tensor("tokens", x, 3, "(B, N, D)")
+    like("tokens", x, weight, owner)
+    if x.shape[-1] != embed_dim:
+        raise ValueError(
+            f"tokens have width {x.shape[-1]} but the layer was built for embed_dim={embed_dim}; "
+            "project the tokens to that width or build the layer to match."
+        )
+
+
+def attention_inputs(q: object, k: object, v: object, attn_mask: object) -> None:
+    """q (..., N, Dh), k (..., M, Dh), v (..., M, Dv) of one dtype and device; a fitting mask."""
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        floating(name, value, "(..., tokens, features)")
+        if value.ndim < 2:
+            raise ValueError(
+                f"{name} has shape {tuple(value.shape)}; it needs at least 2 dimensions "
+                "(..., tokens, features): add a token dimension with .unsqueeze(0)."
+            )
+        like(name, value, q, "q")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q has {q.shape[-1]} features per token but k has {k.shape[-1]}; queries and keys "
+            "must share the head dimension Dh."
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k has {k.shape[-2]} tokens but v has {v.shape[-2]}; each key needs one value."
+        )
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError as err:
+        raise ValueError(
+            f"q, k and v have shapes {tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}, "
+            "whose leading (batch, head) dimensions do not broadcast; give them the same ones."
+        ) from err
+    mask(attn_mask, (*batch, q.shape[-2], k.shape[-2]), q)
+
+
+def mask(value: object, logits_shape: tuple[int, ...], q: torch.Tensor) -> None:
+    """A mask is bool (True = may attend) or a float of q's dtype, broadcastable to the logits.
+
+    Its values are not checked (no GPU sync): NaN or +inf in a float mask gives NaN weights.
+    """
+    if value is None:
+        return
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"mask must be a bool tensor (True = may attend) or None, got {type(value).__name__}."
+        )
+    if value.dtype != torch.bool and not value.is_floating_point():
+        raise TypeError(
+            f"mask has dtype {value.dtype}; an integer 0/1 mask would be added to the logits and "
+            "mask nothing. Convert it with mask.bool() (True = may attend), or pass a float mask "
+            "of 0 and -inf to be added to the logits."
+        )
+    if value.is_floating_point():
+        like("mask", value, q, "q")
+    elif value.device != q.device:
+        raise ValueError(
+            f"mask is on device {value.device} but the queries are on {q.device}; move it with "
+            f"mask.to({str(q.device)!r})."
+        )
+    try:
+        fits = torch.broadcast_shapes(value.shape, logits_shape) == torch.Size(logits_shape)
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"mask has shape {tuple(value.shape)}, which does not broadcast to the attention "
+            f"logits' shape {tuple(logits_shape)} (..., N queries, M keys); pass an (N, M) mask "
+            "or one with matching leading dimensions."
+        )
 
 
 def labelled_data(

@@ -50,8 +50,9 @@ def scaled_dot_product_attention(
         TypeError: q, k, v that are not floating-point tensors of one dtype; a mask that is
             neither bool nor of q's dtype (an integer 0/1 mask: convert with ``mask.bool()``).
         ValueError: q and k have different feature sizes, k and v different token counts, batch
-            dimensions that do not broadcast, tensors on different devices, a mask that does not
-            broadcast to (..., N, M), or a float mask holding NaN or +inf.
+            dimensions that do not broadcast, tensors on different devices, or a mask that does not
+            broadcast to (..., N, M). Values are not checked here (a check would make a GPU wait
+            on every call): NaN or +inf in a float mask makes the weights NaN.
 
     Example:
         >>> q, k, v = torch.randn(2, 4, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 3)
@@ -63,31 +64,7 @@ def scaled_dot_product_attention(
 
     See chapter: Attention.
     """
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        _checks.floating(name, tensor, "(..., tokens, features)")
-        if tensor.ndim < 2:
-            raise ValueError(
-                f"{name} has shape {tuple(tensor.shape)}; it needs at least 2 dimensions "
-                "(..., tokens, features): add a token dimension with .unsqueeze(0)."
-            )
-        _checks.like(name, tensor, q, "q")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q has {q.shape[-1]} features per token but k has {k.shape[-1]}; queries and keys "
-            "must share the head dimension Dh."
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k has {k.shape[-2]} tokens but v has {v.shape[-2]}; each key needs one value."
-        )
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError as err:
-        raise ValueError(
-            f"q, k and v have shapes {tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}, "
-            "whose leading (batch, head) dimensions do not broadcast; give them the same ones."
-        ) from err
-    _check_mask(mask, (*batch, q.shape[-2], k.shape[-2]), q)
+    _checks.attention_inputs(q, k, v, mask)
     # Scale by Dh**-0.5 so that logits of unit-variance q and k keep unit variance and the
     # softmax does not saturate as Dh grows.
     logits = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # (..., N, M)
@@ -136,7 +113,7 @@ class SingleHeadAttention(nn.Module):
     def forward_with_weights(
         self, x: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        _check_tokens(x, self.embed_dim, self.q.weight)
+        _checks.tokens(x, self.embed_dim, self.q.weight)
         return scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), mask)
 
 
@@ -198,7 +175,7 @@ class MultiHeadSelfAttention(nn.Module):
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, impl={self.impl!r}"
 
     def _split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        _check_tokens(x, self.embed_dim, self.qkv.weight)
+        _checks.tokens(x, self.embed_dim, self.qkv.weight)
         qkv = self.qkv(x)  # (B, N, 3D)
         q, k, v = rearrange(
             qkv, "b n (three heads dh) -> three b heads n dh", three=3, heads=self.num_heads
@@ -213,7 +190,7 @@ class MultiHeadSelfAttention(nn.Module):
         if self.impl == "explicit":
             return self.forward_with_weights(x, mask)[0]
         q, k, v = self._split_heads(x)
-        _check_mask(mask, (*q.shape[:-1], k.shape[-2]), q)
+        _checks.mask(mask, (*q.shape[:-1], k.shape[-2]), q)
         dropout_p = self.attn_drop.p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         return self._merge_heads(out)
@@ -226,51 +203,3 @@ class MultiHeadSelfAttention(nn.Module):
         if self.training and self.attn_drop.p > 0:
             out = self.attn_drop(weights) @ v  # dropout acts on the weights, not on the output
         return self._merge_heads(out), weights
-
-
-def _check_tokens(x: torch.Tensor, embed_dim: int, weight: torch.Tensor) -> None:
-    _checks.tensor("tokens", x, 3, "(B, N, D)")
-    _checks.like("tokens", x, weight, "the layer")
-    if x.shape[-1] != embed_dim:
-        raise ValueError(
-            f"tokens have width {x.shape[-1]} but the layer was built for embed_dim={embed_dim}; "
-            "project the tokens to that width or build the layer to match."
-        )
-
-
-def _check_mask(mask: object, logits_shape: tuple[int, ...], q: torch.Tensor) -> None:
-    """A mask must be bool (True = may attend) or a float of q's dtype, broadcastable to logits."""
-    if mask is None:
-        return
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(
-            f"mask must be a bool tensor (True = may attend) or None, got {type(mask).__name__}."
-        )
-    if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(
-            f"mask has dtype {mask.dtype}; an integer 0/1 mask would be added to the logits and "
-            "mask nothing. Convert it with mask.bool() (True = may attend), or pass a float mask "
-            "of 0 and -inf to be added to the logits."
-        )
-    if mask.is_floating_point():
-        _checks.like("mask", mask, q, "q")
-        if mask.device.type != "meta" and bool((mask.isnan() | (mask == float("inf"))).any()):
-            raise ValueError(
-                "mask holds NaN or +inf, which would make the attention weights NaN; an additive "
-                "mask uses 0 to keep a key and -inf to mask it."
-            )
-    elif mask.device != q.device:
-        raise ValueError(
-            f"mask is on device {mask.device} but the queries are on {q.device}; move it with "
-            f"mask.to({str(q.device)!r})."
-        )
-    try:
-        fits = torch.broadcast_shapes(mask.shape, logits_shape) == torch.Size(logits_shape)
-    except RuntimeError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"mask has shape {tuple(mask.shape)}, which does not broadcast to the attention "
-            f"logits' shape {tuple(logits_shape)} (..., N queries, M keys); pass an (N, M) mask "
-            "or one with matching leading dimensions."
-        )

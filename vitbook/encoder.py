@@ -5,6 +5,9 @@ Pre-norm (ViT, ``norm_first=True``)::
     x = x + Attention(LayerNorm(x))
     x = x + MLP(LayerNorm(x))
 
+With stochastic depth (``drop_path > 0``, training only) each residual branch is dropped for whole
+samples at random, and kept ones are scaled by 1 / (1 - drop_path).
+
 Post-norm (the original Transformer, ``norm_first=False``)::
 
     x = LayerNorm(x + Attention(x))
@@ -21,7 +24,42 @@ from torch import nn
 from vitbook import _checks
 from vitbook.attention import MultiHeadSelfAttention
 
-__all__ = ["MLP", "EncoderBlock"]
+__all__ = ["MLP", "DropPath", "EncoderBlock"]
+
+
+class DropPath(nn.Module):
+    """Stochastic depth (Huang et al., 2016): zero a residual branch for random whole samples.
+
+    In training, each sample's branch output is kept with probability 1 - p and then divided by
+    1 - p, so its expected value is unchanged; in eval mode the branch passes unchanged. It has
+    no parameters (timm's name for it, and for the block's ``drop_path1`` / ``drop_path2``).
+
+    Shapes:
+        forward: (B, ...) -> (B, ...).
+
+    Example:
+        >>> drop = DropPath(0.5).train()
+        >>> _ = torch.manual_seed(0)
+        >>> out = drop(torch.ones(6, 2, 3))
+        >>> sorted(set(out.flatten().tolist()))  # whole samples are 0 or 1 / (1 - p)
+        [0.0, 2.0]
+
+    See chapter: Real photos on a GPU.
+    """
+
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        self.p = _checks.real("p", p, low=0, high=1, open_high=True, fix="timm uses 0.1 for ViT-B")
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.p
+        kept = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)  # (B, 1, ...)
+        return x * kept / keep
 
 
 class MLP(nn.Module):
@@ -64,7 +102,9 @@ class MLP(nn.Module):
             else _checks.positive_int("out_features", out_features)
         )
         self.fc1 = nn.Linear(in_features, hidden_features)
-        self.act = nn.GELU()  # the exact (erf) form, as in ViT and timm
+        # The exact (erf) form, in which timm and Hugging Face run the released ViT weights; the
+        # authors' JAX code used Flax's default, the tanh approximation (at most ~5e-4 apart).
+        self.act = nn.GELU()
         self.drop1 = nn.Dropout(drop)
         self.fc2 = nn.Linear(hidden_features, out_features)
         self.drop2 = nn.Dropout(drop)
@@ -89,6 +129,8 @@ class EncoderBlock(nn.Module):
         attn_impl: ``"explicit"`` or ``"sdpa"``, see :class:`MultiHeadSelfAttention`.
         drop: dropout after attention and inside the MLP.
         attn_drop: dropout on the attention weights.
+        drop_path: stochastic depth, the probability of dropping each residual branch for a
+            sample in training (:class:`DropPath`).
 
     Shapes:
         forward: (B, N, D) -> (B, N, D); forward_with_weights also returns (B, Nh, N, N).
@@ -120,6 +162,7 @@ class EncoderBlock(nn.Module):
         attn_impl: str = "explicit",
         drop: float = 0.0,
         attn_drop: float = 0.0,
+        drop_path: float = 0.0,
     ) -> None:
         super().__init__()
         _checks.real("mlp_ratio", mlp_ratio, low=0, open_low=True, fix="ViT uses 4.0")
@@ -136,30 +179,28 @@ class EncoderBlock(nn.Module):
         )
         self.norm2 = nn.LayerNorm(embed_dim, eps=norm_eps)
         self.mlp = MLP(embed_dim, int(embed_dim * mlp_ratio), drop=drop)
+        self.drop_path1 = DropPath(drop_path)
+        self.drop_path2 = DropPath(drop_path)
 
     def extra_repr(self) -> str:
         return f"norm_first={self.norm_first}"
 
-    def _check(self, x: torch.Tensor) -> None:
-        _checks.tensor("tokens", x, 3, "(B, N, D)")
-        _checks.like("tokens", x, self.norm1.weight, "the block")
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        self._check(x)
+        _checks.tokens(x, self.attn.embed_dim, self.norm1.weight, "the block")
         if self.norm_first:
-            x = x + self.attn(self.norm1(x), mask)
-            return x + self.mlp(self.norm2(x))
-        x = self.norm1(x + self.attn(x, mask))
-        return self.norm2(x + self.mlp(x))
+            x = x + self.drop_path1(self.attn(self.norm1(x), mask))
+            return x + self.drop_path2(self.mlp(self.norm2(x)))
+        x = self.norm1(x + self.drop_path1(self.attn(x, mask)))
+        return self.norm2(x + self.drop_path2(self.mlp(x)))
 
     def forward_with_weights(
         self, x: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        self._check(x)
+        _checks.tokens(x, self.attn.embed_dim, self.norm1.weight, "the block")
         if self.norm_first:
             out, weights = self.attn.forward_with_weights(self.norm1(x), mask)
-            x = x + out
-            return x + self.mlp(self.norm2(x)), weights
+            x = x + self.drop_path1(out)
+            return x + self.drop_path2(self.mlp(self.norm2(x))), weights
         out, weights = self.attn.forward_with_weights(x, mask)
-        x = self.norm1(x + out)
-        return self.norm2(x + self.mlp(x)), weights
+        x = self.norm1(x + self.drop_path1(out))
+        return self.norm2(x + self.drop_path2(self.mlp(x))), weights

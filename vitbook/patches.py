@@ -111,8 +111,9 @@ class PatchEmbedding(nn.Module):
 
     Raises:
         ValueError: an image size that is not a multiple of P, a channel count or image size that
-            differs from the one the module was built for, images on another device than the
-            weights, or images holding NaN or inf.
+            differs from the one the module was built for, or images on another device than the
+            weights. Values are not checked here (a check would make a GPU wait on every call);
+            ``fit``, ``predict`` and ``evaluate`` refuse NaN and inf where the data come in.
         TypeError: images that are not a floating-point tensor of the weights' dtype. Nothing is
             converted silently: float64 images (NumPy's default) for a float32 model are refused
             with the fix, ``images.float()``.
@@ -142,23 +143,7 @@ class PatchEmbedding(nn.Module):
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        _checks.images(images)
-        if images.shape[1] != self.in_chans:
-            raise ValueError(
-                f"images have {images.shape[1]} channels but the model was built for "
-                f"in_chans={self.in_chans}; convert the images or build the model with "
-                f"in_chans={images.shape[1]}."
-            )
-        size = tuple(images.shape[-2:])
-        if size != self.img_size:
-            raise ValueError(
-                f"images are {size[0]}x{size[1]} pixels but the model was built for "
-                f"img_size={self.img_size}; resize the images, or build a model with "
-                f"img_size={size} and move the position embeddings there with "
-                "vitbook.resample_pos_embed."
-            )
-        _checks.like("images", images, self.proj.weight, "the model")
-        _checks.finite("images", images)
+        _checks.patch_inputs(images, self.in_chans, self.img_size, self.proj.weight)
         x = self.proj(images)  # (B, D, Gh, Gw)
         return rearrange(x, "b d gh gw -> b (gh gw) d")
 
@@ -197,14 +182,7 @@ class LinearPatchEmbedding(nn.Module):
         self.proj = nn.Linear(in_chans * patch_size * patch_size, embed_dim)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        _checks.images(images)
-        if images.shape[1] != self.in_chans:
-            raise ValueError(
-                f"images have {images.shape[1]} channels but the module was built for "
-                f"in_chans={self.in_chans}; convert the images or use in_chans={images.shape[1]}."
-            )
-        _checks.like("images", images, self.proj.weight, "the model")
-        _checks.finite("images", images)
+        _checks.patch_inputs(images, self.in_chans, None, self.proj.weight)
         return self.proj(patchify(images, self.patch_size))  # (B, Gh * Gw, D)
 
 

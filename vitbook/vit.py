@@ -33,7 +33,9 @@ __all__ = ["PRESETS", "ViTConfig", "VisionTransformer"]
 POS_EMBEDS = ("learned", "sincos2d", "none", "relative")
 POOLS = ("cls", "mean")
 
-# ViT paper, Table 1: (embed_dim, depth, num_heads); the MLP is 4x wider in every size.
+# (embed_dim, depth, num_heads); the MLP is 4x wider in every size. ViT-B, ViT-L and ViT-H are the
+# ViT paper's Table 1 (B/32 and B/16, L/16, H/14 its patch sizes); ViT-Ti and ViT-S are the smaller
+# sizes of DeiT (Touvron et al., 2021), which timm names ViT-Tiny and ViT-Small.
 PRESETS: dict[str, dict[str, int]] = {
     "ViT-Ti/16": {"patch_size": 16, "embed_dim": 192, "depth": 12, "num_heads": 3},
     "ViT-S/16": {"patch_size": 16, "embed_dim": 384, "depth": 12, "num_heads": 6},
@@ -68,6 +70,9 @@ class ViTConfig:
         norm_eps: LayerNorm epsilon (1e-6 in timm and the original ViT code).
         drop_rate: dropout on the embeddings, after attention and in the MLPs.
         attn_drop_rate: dropout on the attention weights.
+        drop_path_rate: stochastic depth of the last block; block i of L drops its residual
+            branches with probability ``drop_path_rate * i / (L - 1)`` (timm's linear rule).
+            Training only; adds no parameters.
 
     Raises:
         ValueError / TypeError: for any inconsistent or mistyped field, naming it and the fix.
@@ -98,6 +103,7 @@ class ViTConfig:
     norm_eps: float = 1e-6
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
+    drop_path_rate: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "img_size", _checks.pair("img_size", self.img_size))
@@ -133,7 +139,7 @@ class ViTConfig:
             "norm_eps", self.norm_eps, low=0, high=1, open_low=True, open_high=True,
             fix="timm uses 1e-6, Hugging Face 1e-12",
         )  # an epsilon as large as the variance would flatten every token to the same vector
-        for name in ("drop_rate", "attn_drop_rate"):
+        for name in ("drop_rate", "attn_drop_rate", "drop_path_rate"):
             _checks.real(
                 name, getattr(self, name), low=0, high=1, open_high=True,
                 fix="use 0.0 for no dropout",
@@ -141,7 +147,10 @@ class ViTConfig:
 
     @classmethod
     def from_name(cls, name: str, **overrides: object) -> ViTConfig:
-        """A preset from the ViT paper's Table 1 (224 px, 1000 classes), with optional overrides.
+        """A preset by name (224 px, 1000 classes), with optional overrides.
+
+        ViT-B/16, ViT-B/32, ViT-L/16 and ViT-H/14 are the ViT paper's Table 1; ViT-Ti/16 and
+        ViT-S/16 are DeiT's smaller sizes (timm's ViT-Tiny and ViT-Small).
 
         Example:
             >>> cfg = ViTConfig.from_name("ViT-Ti/16", num_classes=10)
@@ -156,6 +165,12 @@ class ViTConfig:
             raise ValueError(f"unknown preset name {name!r}; choose one of {', '.join(PRESETS)}.")
         check_fields(overrides)
         return cls(**{**PRESETS[name], **overrides})
+
+    def drop_path_rates(self) -> list[float]:
+        """Each block's stochastic-depth probability, rising linearly from 0 to the rate."""
+        if self.depth == 1:
+            return [0.0]
+        return [self.drop_path_rate * i / (self.depth - 1) for i in range(self.depth)]
 
     @property
     def grid_size(self) -> tuple[int, int]:
@@ -293,8 +308,9 @@ class VisionTransformer(nn.Module):
                 attn_impl=cfg.attn_impl,
                 drop=cfg.drop_rate,
                 attn_drop=cfg.attn_drop_rate,
+                drop_path=rate,
             )
-            for _ in range(cfg.depth)
+            for rate in cfg.drop_path_rates()
         )
         self.norm = nn.LayerNorm(d, eps=cfg.norm_eps)
         self.head = nn.Linear(d, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
@@ -317,6 +333,31 @@ class VisionTransformer(nn.Module):
             elif isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the head by a new one for ``num_classes`` classes, zero-initialised.
+
+        For fine-tuning, as the ViT paper does (Section 3.2: "we remove the pre-trained
+        prediction head and attach a zero-initialized D x K feedforward layer"); timm's method of
+        the same name initialises the new head at random instead. ``config.num_classes`` follows;
+        ``num_classes=0`` removes the head (the model then returns features).
+
+        Example:
+            >>> model = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=1,
+            ...                                     num_heads=2, num_classes=10))
+            >>> model.reset_classifier(3)
+            >>> model.config.num_classes, model(torch.randn(2, 3, 8, 8)).abs().max().item()
+            (3, 0.0)
+        """
+        _checks.integer("num_classes", num_classes, fix="use 0 for no head")
+        reference = self.norm.weight
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        if num_classes == 0:
+            self.head = nn.Identity()
+            return
+        self.head = nn.Linear(self.config.embed_dim, num_classes).to(reference)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """z_0: patch tokens, class token prepended, position embeddings added: (B, N, D)."""
