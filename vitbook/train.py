@@ -195,6 +195,15 @@ def _fits_on(device: torch.device, *tensors: torch.Tensor) -> bool:
     return sum(t.numel() * t.element_size() for t in tensors) < free // 2
 
 
+def _world() -> tuple[int, int]:
+    """(rank, number of processes) under ``torch.distributed``; (0, 1) in a single process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def _optimizer(
     name: str, params: list[nn.Parameter], lr: float, weight_decay: float, device: torch.device
 ) -> torch.optim.Optimizer:
@@ -239,6 +248,12 @@ def fit(
     (``precision``), and each step touches the host once, to check that the loss and the
     gradients are finite before the weights change. Losses and accuracies are summed on the
     device and read once per epoch.
+
+    Under ``torchrun`` (a ``torch.distributed`` process group set up by the caller), every
+    process draws the same order and augmentation for the global batch of ``batch_size`` images
+    and trains on its share of it inside PyTorch's ``DistributedDataParallel``, which averages
+    the gradients: the same steps as one process with the whole batch (dropout and stochastic
+    depth draw their own masks in each process).
 
     Args:
         model: maps (B, C, H, W) images to (B, n_cls) logits; trained in place, left in train
@@ -326,7 +341,16 @@ def fit(
             "the model has no parameter with requires_grad=True, so there is nothing to train; "
             "unfreeze at least the head (model.head.requires_grad_(True))."
         )
+    rank, world = _world()
+    if batch_size % world:
+        raise ValueError(
+            f"batch_size={batch_size} is the global batch of {world} processes, so it must be a "
+            f"multiple of {world}; use e.g. batch_size={batch_size - batch_size % world or world}."
+        )
     model.to(device)
+    net = model if world == 1 else nn.parallel.DistributedDataParallel(
+        model, device_ids=[device] if device.type == "cuda" else None
+    )  # DDP averages the gradients of the processes in backward
     data_device = device if _fits_on(device, images, labels) else torch.device("cpu")
     images, labels = images.to(data_device), labels.to(data_device)
     torch.manual_seed(seed)  # dropout, stochastic depth: torch's global generators
@@ -344,7 +368,7 @@ def fit(
     )
     history = History(precision=precision)
     bar = None
-    if _progress_enabled(progress):
+    if _progress_enabled(progress) and rank == 0:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=epochs, desc="training", unit="epoch")
@@ -363,8 +387,10 @@ def fit(
             targets = y
             if mix is not None:
                 x, targets = mix(x, y, augment_generator)  # targets (b, n_cls), soft
+            if world > 1:  # every process drew the same global batch; each takes its share
+                x, y, targets = (t.tensor_split(world)[rank] for t in (x, y, targets))
             with _autocast(device, precision):
-                logits = model(x)  # (b, n_cls)
+                logits = net(x)  # (b, n_cls)
             if step == 0:
                 _checks.logits(logits, labels)
             logits = logits if precision == "fp32" else logits.float()  # the loss in fp32
@@ -374,13 +400,16 @@ def fit(
             # The one host sync of the step: stop before a non-finite loss or gradient reaches
             # the weights, which stay as they were, and say where training went wrong.
             where = f"epoch {epoch + 1}, step {step + 1} of {total}"
-            _check_step(optim, params, loss, scaler, clip_grad_norm, where, lr)
+            _check_step(optim, params, loss, scaler, clip_grad_norm, world, where, lr)
             scaler.step(optim)
             scaler.update()
             scheduler.step()
             step += 1
-            loss_sum += loss.detach().double() * len(batch)
+            loss_sum += loss.detach().double() * len(y)
             correct += (logits.argmax(dim=1) == y).sum()
+        if world > 1:  # the sums over every process's share
+            torch.distributed.all_reduce(loss_sum)
+            torch.distributed.all_reduce(correct)
         history.train_loss.append(loss_sum.item() / len(images))
         history.train_accuracy.append(correct.item() / len(images))
         if eval_data is not None:
@@ -407,6 +436,7 @@ def _check_step(
     loss: torch.Tensor,
     scaler: torch.amp.GradScaler,
     clip_grad_norm: float | None,
+    world: int,
     where: str,
     lr: float,
 ) -> None:
@@ -420,6 +450,9 @@ def _check_step(
             torch.nn.utils.clip_grads_with_norm_(params, clip_grad_norm, norm)
         if not scaler.is_enabled():  # with fp16, the scaler skips overflowing steps itself
             finite = finite & norm.isfinite()
+    if world > 1:  # stop every process if one must stop
+        finite = finite.to(torch.int32)
+        torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
     if bool(finite):
         return
     what = f"loss is {loss.item()}" if not torch.isfinite(loss) else "gradients are not finite"
