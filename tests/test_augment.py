@@ -298,6 +298,53 @@ def test_bfloat16_images_give_the_float32_result_rounded():
     assert torch.equal(out, apply_ops(images.float(), ops, values).bfloat16())
 
 
+TORCHVISION_NAMES = {  # transforms.v2 RandAugment's op names, in its order, and ours
+    "Identity": "identity", "ShearX": "shear_x", "ShearY": "shear_y",
+    "TranslateX": "translate_x", "TranslateY": "translate_y", "Rotate": "rotate",
+    "Brightness": "brightness", "Color": "color", "Contrast": "contrast",
+    "Sharpness": "sharpness", "Posterize": "posterize", "Solarize": "solarize",
+    "AutoContrast": "autocontrast", "Equalize": "equalize",
+}  # fmt: skip
+
+
+def torchvision_v2():
+    """torchvision's transforms.v2, or a skip where it cannot be imported."""
+    try:
+        from torchvision.transforms import v2
+    except Exception as err:  # not installed, or a wheel built for another torch
+        pytest.skip(f"torchvision cannot be imported here ({type(err).__name__}: {err})")
+    return v2
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_each_op_matches_torchvision_at_every_magnitude(wide):
+    v2 = torchvision_v2()
+    policy = v2.TrivialAugmentWide() if wide else v2.RandAugment()
+    assert tuple(TORCHVISION_NAMES) == tuple(policy._AUGMENTATION_SPACE)
+    assert tuple(TORCHVISION_NAMES.values()) == OPS
+    image = photos()["photo"]
+    _, h, w = image.shape
+    table = _magnitude_table(wide, 31, h, w, torch.device("cpu"))
+    for k, (name, op) in enumerate(TORCHVISION_NAMES.items()):
+        signs = (1, -1) if OPS.index("shear_x") <= k <= OPS.index("sharpness") else (1,)
+        for m in [float(v) * sign for v in table[k] for sign in signs]:
+            ours = apply_ops(image[None], torch.tensor([k]), torch.tensor([m]))[0]
+            on_grid = op in ("posterize", "autocontrast")  # compared with the uint8 path
+            given = (image * 255).round().to(torch.uint8) if on_grid else image
+            theirs = policy._apply_image_or_video_transform(
+                given, name, m, interpolation=policy.interpolation, fill=policy._fill
+            )
+            diff = ((ours - (theirs / 255 if on_grid else theirs)) * 255).numpy()
+            where = f"{op} at {m}"
+            if op in ("shear_x", "shear_y", "rotate", "translate_x", "translate_y"):
+                differ = np.any(np.abs(diff) > 1e-3, axis=0)
+                assert np.all(~differ | ties(op, m, h, w)), f"{where}: differ away from ties"
+            elif op == "autocontrast":  # torchvision's float32 division, like PIL's, lands one
+                assert set(np.unique(diff.round(3))) <= {0.0, 1.0}, where  # level low at times
+            else:  # the same formulas: float rounding only
+                assert np.abs(diff).max() < 1e-3, where
+
+
 # --- MixUp and CutMix --------------------------------------------------------------------------
 
 
@@ -425,6 +472,23 @@ def test_apply_ops_compiles_without_graph_breaks():
     ops, values = torch.arange(B) * 3, torch.tensor([0.0, 4.0, 0.27, 7.0, 0.0])
     explanation = torch._dynamo.explain(apply_ops)(images, ops, values)
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_no_host_sync_on_a_gpu(name):
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    images = torch.rand(64, 3, 32, 32, device="cuda")
+    labels = torch.randint(0, 10, (64,), device="cuda")
+    FUNCTIONS[name](images, labels, generator)  # warm-up: CUDA's lazy initialisation may sync
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = FUNCTIONS[name](images, labels, generator)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    out = out[0] if isinstance(out, tuple) else out
+    assert out.device.type == "cuda" and out.shape == images.shape
 
 
 # --- errors ------------------------------------------------------------------------------------

@@ -3,14 +3,16 @@
 An augmentation is a callable ``augment(images, generator) -> images`` on a batch ``(B, C, H, W)``
 of floats in [0, 1], on the CPU or a GPU, with a ``torch.Generator`` on the same device. Each
 image gets its own random draws; the work is a fixed number of tensor operations whatever B is
-(no Python loop over the batch); nothing reads a value back to the host (no ``.item()``, no
-boolean-mask indexing), so a GPU never waits; the same generator state gives the same batch. A
-batch mix ``mix(images, labels, generator) -> (images, targets)`` also returns soft targets
-``(B, K)`` for ``F.cross_entropy``. Ops run in float32 and return the input's dtype.
+(no Python loop over the batch); no value is read back to the host (no ``.item()``, no
+boolean-mask indexing), so the GPU need not wait; the same generator state gives the same batch.
+A batch mix ``mix(images, labels, generator) -> (images, targets)`` also returns soft targets
+``(B, K)`` for ``F.cross_entropy``. Ops run in float32 and return the input's dtype. Call them
+outside ``torch.compile``, which cannot trace a ``torch.Generator`` argument (``apply_ops``,
+which takes none, compiles without graph breaks).
 
 torchvision 0.28's ``transforms.v2`` draws once per call: ``RandAugment`` and
 ``TrivialAugmentWide`` pick one op, magnitude and sign for a whole ``(B, C, H, W)`` tensor, so
-the hand-written policies here follow their op list and magnitude bins, per sample.
+the policies here are written out, with its op list and magnitude bins, drawn per image.
 
 See chapter: Real photos on a GPU.
 """
@@ -189,13 +191,12 @@ def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor)
     warped = F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
     out = torch.where((op >= SHEAR_X) & (op <= ROTATE), warped, x)
 
-    # (python scalars in the arithmetic, never a host-to-device copy of constants)
+    # constants as Python numbers: a tensor made from a list would be a host-to-device copy
     gray = x if c == 1 else 0.2989 * x[:, :1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:]  # (B, 1, H, W)
     blurred = x.clone()  # PIL's SMOOTH filter (1 1 1, 1 5 1, 1 1 1) / 13, borders left alone
-    if h > 2 and w > 2:
-        kernel = torch.full((c, 1, 3, 3), 1 / 13, device=x.device)
-        kernel[..., 1, 1] = 5 / 13
-        blurred[..., 1:-1, 1:-1] = F.conv2d(x, kernel, groups=c)
+    if h > 2 and w > 2:  # (sum over the 3 x 3 neighbourhood + 4 x centre) / 13
+        box_sum = 9 * F.avg_pool2d(x, 3, stride=1)  # (B, C, H - 2, W - 2)
+        blurred[..., 1:-1, 1:-1] = (box_sum + 4 * x[..., 1:-1, 1:-1]) / 13
     degenerate = torch.where(op == BRIGHTNESS, 0.0, torch.where(op == COLOR, gray, blurred))
     degenerate = torch.where(op == CONTRAST, gray.mean((-3, -2, -1), keepdim=True), degenerate)
     factor = 1 + m4  # x f + degenerate (1 - f), written so that borders stay exact
