@@ -176,7 +176,8 @@ in row-major grid order; 17 for the digits models):
   }
 
   // Attention rollout (Abnar and Zuidema, 2020), as vitbook.analysis.attention_rollout with
-  // head_fusion="mean": A'_l = rownorm(mean_heads(A_l) + I), rollout = A'_L ... A'_1.
+  // head_fusion="mean": A'_l = rownorm(mean_heads(A_l) + I) for the layers l = 0 .. L-1 (the
+  // index of weights, as in the menus), rollout = A'_{L-1} ... A'_1 A'_0.
   function rollout(weights) {
     var n = Math.round(Math.sqrt(weights[0][0].length)), result = [];
     for (var i = 0; i < n * n; i++) result.push(i % (n + 1) === 0 ? 1 : 0);
