@@ -217,6 +217,8 @@ def test_layer_attention_puts_every_layer_on_one_scale():
         np.testing.assert_allclose(ax.images[0].get_array(), weights.numpy())
         assert ax.images[0].get_clim() == (0, pytest.approx(float(maps.max())))
     assert bar.get_ylabel() == f"weight (0 .. {float(maps.max()):.2f})"
+    untitled = plot_layer_attention(torch.rand(1, GH * 2, GW * 2), maps, 7)
+    assert [ax.get_title() for ax in untitled.axes[1:5]] == [f"layer {i}" for i in range(4)]
 
 
 def test_rollout_maps_share_one_scale_per_row():
@@ -252,6 +254,10 @@ def test_attention_distance_plots_each_head_against_depth():
     ax = fig.axes[0]
     np.testing.assert_allclose(ax.lines[1].get_ydata(), distances[:, 1].numpy())
     assert ax.lines[-1].get_ydata()[0] == 2.5 and ax.get_ylim() == (0, 8)
+    # layers and heads numbered from 0, as attention[layer][:, head] indexes them
+    assert list(ax.get_xticks()) == [0, 1, 2, 3] and "0 = first" in ax.get_xlabel()
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["head 0", "head 1", "head 2", "even spread"]
 
 
 def test_cost_figures_show_the_measurements():

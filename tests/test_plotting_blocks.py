@@ -70,6 +70,9 @@ def test_norm_order_keeps_its_axes_across_depths():
     assert limits[8][0][1] == pytest.approx(1.1 * (1 + 7 / 4))  # the largest std of all
     stream, grads, last = figures[4].axes[:3]
     assert list(stream.lines[0].get_ydata()) == stats[4]["pre-norm"]["std"]
+    # blocks numbered from 0, as layers and heads are in every figure
+    assert list(stream.lines[0].get_xdata()) == list(grads.lines[0].get_xdata()) == [0, 1, 2, 3]
+    assert stream.get_xlabel() == grads.get_xlabel() == "block (0 = first)"
     assert list(last.lines[0].get_ydata()) == [stats[L]["pre-norm"]["grad"][-1] for L in stats]
     with pytest.raises(ValueError, match="depth=3 is not among the depths"):
         plot_norm_order(stats, 3)

@@ -66,6 +66,12 @@ def test_attention_explorer_shows_every_layer_head_and_query():
     ]
     assert model.training, "the model's mode is restored"
     assert frame_count_and_distinct(explorer) == (12, 12)
+    # layers and heads numbered from 0 on the controls and in the titles, as patches are
+    layer, head, _ = explorer.params
+    assert [label for label, _ in layer.options] == ["0", "1"]
+    assert [label for label, _ in head.options] == ["0", "1", "2"]
+    first = explorer.plot_fn(layer=0, head=0, query=4)
+    assert any(ax.get_title().startswith("layer 0, head 0") for ax in first.axes)
     with pytest.raises(TypeError, match="model must be a vitbook.VisionTransformer"):
         attention_explorer(torch.nn.Linear(2, 2), torch.rand(3, 16, 24))
 

@@ -36,6 +36,18 @@ scikit-learn). The playground does the same: the pen and the eraser act on a 32 
 the model sees the counts. A test digit is loaded as a bitmap with that many pixels on in each
 block.
 
+The pen draws as thick as the data set's strokes. The digits' bitmaps hold about the same ink
+whatever the digit: over the training digits the median is ``PEN["ink"]`` = 313 on pixels of the
+1,024, and a 1 holds as much as an 8 (the medians of the ten digits lie between 305 and 328), so
+the short stroke of a 1 is wider than the long one of an 8. The page therefore keeps the lines
+the pen passed over and, after each move of the pen, draws them with the radius that gives the
+drawing that ink, between ``PEN["min_radius"]`` and ``PEN["max_radius"]`` bitmap pixels: a line
+thins as the drawing grows. The eraser clears a path 6 pixels wide and changes nothing else.
+
+**Counting.** Layers, heads, patches and tokens are numbered from 0, as the tensors index them
+(``attention[layer][head]``, ``blocks.0`` to ``blocks.3`` in the state dict), in the menus as in
+the figures of :mod:`vitbook.plotting`.
+
 See chapter: Inside a trained ViT.
 """
 
@@ -58,6 +70,11 @@ NUM_CLASSES = 10
 INK_MAX = 16  # the digits' scale: pixel = ink / 16
 MAX_PARAMETERS = 300_000  # 1.6 MB of base64 in the page at most; the digits models have 135,050
 SUPPORTED_POS_EMBEDS = ("learned", "sincos2d", "none")
+# The pen, in pixels of the 32 x 32 bitmap. ink: the median number of on pixels of a training
+# digit (tests/test_playground.py measures it). min_radius: a line stays 3 pixels wide when a
+# loaded test digit already holds that ink. max_radius: a line is at most 12 pixels wide (the
+# 1s, the widest strokes of the training digits, hold a median 9 pixels of ink per bitmap row).
+PEN = {"ink": 313, "min_radius": 1.5, "max_radius": 6.0}
 
 
 def export_weights(model: VisionTransformer) -> dict:
@@ -148,7 +165,8 @@ class DigitPlayground:
     """A digit playground for one model; displaying it (``_repr_html_``) shows it.
 
     Attributes:
-        payload: the :func:`export_weights` payload, with the test digits under ``"examples"``.
+        payload: the :func:`export_weights` payload, with the test digits under ``"examples"``
+            and the pen's settings (:data:`PEN`) under ``"pen"``.
 
     Example:
         >>> from vitbook.pretrained import load_digits_vit
@@ -215,6 +233,7 @@ def digit_playground(
         first = [int((labels == digit).nonzero()[0]) for digit in range(NUM_CLASSES)]
         examples = (images[first], labels[first])
     images, labels = _check_examples(examples)
+    payload["pen"] = dict(PEN)
     payload["examples"] = [
         {"label": int(label), "ink": [_number(v) for v in (image * INK_MAX).flatten().tolist()]}
         for image, label in zip(images, labels, strict=True)
@@ -311,12 +330,12 @@ def render(payload: dict) -> str:
     cfg = payload["config"]
     gh, gw = (size // cfg["patch_size"] for size in cfg["img_size"])
     prefix = int(cfg["class_token"])
-    layers = "".join(
-        f'<option value="{i}"{" selected" * (i == cfg["depth"] - 1)}>{i + 1}</option>'
+    layers = "".join(  # numbered from 0, as attention[layer][head] and the figures
+        f'<option value="{i}"{" selected" * (i == cfg["depth"] - 1)}>{i}</option>'
         for i in range(cfg["depth"])
     )
     heads = '<option value="mean" selected>mean of the heads</option>' + "".join(
-        f'<option value="{h}">{h + 1}</option>' for h in range(cfg["num_heads"])
+        f'<option value="{h}">{h}</option>' for h in range(cfg["num_heads"])
     )
     queries = []
     if cfg["pool"] == "mean":
@@ -343,6 +362,7 @@ def render(payload: dict) -> str:
         raise RuntimeError("playground.js must not contain '</script'.")
     return (
         f'<div class="vitbook-playground" data-pool="{cfg["pool"]}">{STYLE}'
+        f'<p class="vbp-howto">{HOW_TO_DRAW}</p>'
         '<div class="vbp-top"><div class="vbp-draw">'
         '<canvas class="vbp-grid" width="480" height="480" role="img" '
         'aria-label="Drawing grid of 8 by 8 pixels: draw a digit with the mouse or a finger">'
@@ -370,7 +390,8 @@ def render(payload: dict) -> str:
         'aria-label="The attention rollout from the chosen query, in orange over the digit">'
         '</canvas><div class="vbp-rollout-scale vbp-scale"></div></div></div>'
         '<p class="vbp-note">Orange: each patch\'s share, from 0 to the largest share in the map '
-        "(printed under it, with the class token's share, which has no place on the grid).</p>"
+        "(printed under it, with the class token's share, which has no place on the grid). "
+        "Layers, heads and patches are numbered from 0, as the tensors index them.</p>"
         '<details class="vbp-pixels"><summary>The ink as a Python list</summary>'
         '<textarea class="vbp-ink" readonly rows="10" spellcheck="false" '
         'aria-label="The ink values of the drawing, 8 rows of 8, from 0 to 16"></textarea>'
@@ -379,6 +400,12 @@ def render(payload: dict) -> str:
         f'<script class="vbp-js">{script}</script></div>'
     )
 
+
+HOW_TO_DRAW = (
+    "Draw one digit, large: fill the box from top to bottom, in one or two strokes, and cross "
+    "your 7 (most 7s of the data set are crossed). Lines thin out as you draw: every drawing "
+    "gets as much ink as the data set's digits."
+)
 
 STYLE = (
     "<style>"
@@ -417,6 +444,7 @@ STYLE = (
     ".vitbook-playground .vbp-scale,.vitbook-playground .vbp-note{font-size:0.85em;"
     "margin:0.2em 0 0}"
     ".vitbook-playground .vbp-note{margin:0.5em 0}"
+    ".vitbook-playground .vbp-howto{margin:0 0 0.5em;font-size:0.95em}"
     ".vitbook-playground details{margin:0.3em 0}"
     # the classic Notebook's stylesheet hides the disclosure triangle of <summary>
     ".vitbook-playground summary{display:list-item;cursor:pointer}"

@@ -176,7 +176,8 @@ in row-major grid order; 17 for the digits models):
   }
 
   // Attention rollout (Abnar and Zuidema, 2020), as vitbook.analysis.attention_rollout with
-  // head_fusion="mean": A'_l = rownorm(mean_heads(A_l) + I), rollout = A'_L ... A'_1.
+  // head_fusion="mean": A'_l = rownorm(mean_heads(A_l) + I) for the layers l = 0 .. L-1 (the
+  // index of weights, as in the menus), rollout = A'_{L-1} ... A'_1 A'_0.
   function rollout(weights) {
     var n = Math.round(Math.sqrt(weights[0][0].length)), result = [];
     for (var i = 0; i < n * n; i++) result.push(i % (n + 1) === 0 ? 1 : 0);
@@ -209,7 +210,7 @@ in row-major grid order; 17 for the digits models):
 
   var BITMAP = 32, BLOCK = 4;  // the digits were drawn on 32 x 32 bitmaps; ink = on pixels per 4 x 4
   var BAYER = [0, 8, 2, 10, 12, 4, 14, 6, 3, 11, 1, 9, 15, 7, 13, 5];  // spreads k of 16 pixels
-  var RADIUS = {pen: 1.7, eraser: 2.6};  // in bitmap pixels: a pen stroke is about 3 pixels wide
+  var ERASER = 3;  // the eraser's radius in bitmap pixels: it clears a path 6 pixels wide
 
   // One row of a map: the query's row of attention or rollout; "pooled" is the mean of the patch
   // queries' rows, which is what a mean-pooled head reads.
@@ -233,7 +234,13 @@ in row-major grid order; 17 for the digits models):
     for (var name in model.tensors) model.tensors[name] = decode(model.tensors[name]);
     var c = model.config, side = c.img_size[1], P = c.patch_size;
     var gh = c.img_size[0] / P, gw = side / P, prefix = c.class_token ? 1 : 0, n = prefix + gh * gw;
-    var bitmap = new Uint8Array(BITMAP * BITMAP), tool = "pen", last = null, result = null;
+    // The drawing: the pixels of a loaded test digit (base), and for every pixel the distance
+    // from its centre to the nearest point the pen passed over (near). A pixel is on when it is
+    // in base or within the pen's radius of a pen line; the radius is chosen after each pen
+    // move so that the drawing holds the data set's ink (pen.ink on pixels of the 1,024).
+    var pen = model.pen, base = new Uint8Array(BITMAP * BITMAP);
+    var near = new Float64Array(BITMAP * BITMAP).fill(Infinity), radius = pen.max_radius;
+    var tool = "pen", last = null, result = null;
     var grid = root.querySelector("canvas.vbp-grid"), examples = root.querySelector("select.vbp-example");
     var menus = {
       layer: root.querySelector("select.vbp-layer"),
@@ -247,7 +254,7 @@ in row-major grid order; 17 for the digits models):
         for (var col = 0; col < side; col++) {
           var count = 0;
           for (var i = 0; i < BLOCK; i++) {
-            for (var j = 0; j < BLOCK; j++) count += bitmap[(r * BLOCK + i) * BITMAP + col * BLOCK + j];
+            for (var j = 0; j < BLOCK; j++) count += on((r * BLOCK + i) * BITMAP + col * BLOCK + j);
           }
           values.push(count);
         }
@@ -255,26 +262,52 @@ in row-major grid order; 17 for the digits models):
       return values;
     }
 
+    function on(pixel) {
+      return base[pixel] || near[pixel] <= radius ? 1 : 0;
+    }
+
     function load(values) {  // ink values -> a bitmap with that many on pixels in each block
+      near.fill(Infinity);
       for (var r = 0; r < side; r++) {
         for (var col = 0; col < side; col++) {
           var k = Math.round(Math.min(16, Math.max(0, values[r * side + col])));
           for (var b = 0; b < BLOCK * BLOCK; b++) {
-            bitmap[(r * BLOCK + (b >> 2)) * BITMAP + col * BLOCK + (b & 3)] = BAYER[b] < k ? 1 : 0;
+            base[(r * BLOCK + (b >> 2)) * BITMAP + col * BLOCK + (b & 3)] = BAYER[b] < k ? 1 : 0;
           }
         }
       }
       update();
     }
 
-    function stamp(x, y) {  // a round pen tip (or eraser) at bitmap coordinates (x, y)
-      var radius = RADIUS[tool], on = tool === "pen" ? 1 : 0;
-      for (var i = Math.max(0, Math.floor(y - radius)); i < Math.min(BITMAP, y + radius); i++) {
-        for (var j = Math.max(0, Math.floor(x - radius)); j < Math.min(BITMAP, x + radius); j++) {
-          var dx = j + 0.5 - x, dy = i + 0.5 - y;
-          if (dx * dx + dy * dy <= radius * radius) bitmap[i * BITMAP + j] = on;
+    function stamp(x, y) {  // the pen passes over (x, y), in bitmap pixels; or the eraser does
+      var reach = tool === "pen" ? pen.max_radius : ERASER;
+      for (var i = Math.max(0, Math.floor(y - reach)); i < Math.min(BITMAP, y + reach); i++) {
+        for (var j = Math.max(0, Math.floor(x - reach)); j < Math.min(BITMAP, x + reach); j++) {
+          var distance = Math.hypot(j + 0.5 - x, i + 0.5 - y), pixel = i * BITMAP + j;
+          if (tool === "pen") {
+            near[pixel] = Math.min(near[pixel], distance);
+          } else if (distance <= ERASER) {
+            base[pixel] = 0;
+            near[pixel] = Infinity;
+          }
         }
       }
+    }
+
+    // The pen's radius: as thick as gives the data set's ink, from pen.min_radius (a line drawn
+    // over a loaded digit) to pen.max_radius (a short line). The eraser leaves it as it is, so it
+    // takes ink away only where it passes.
+    function fit() {
+      var count = 0, free = [];
+      for (var pixel = 0; pixel < base.length; pixel++) {
+        if (base[pixel]) count++;
+        else if (near[pixel] <= pen.max_radius) free.push(near[pixel]);
+      }
+      var wanted = pen.ink - count;
+      if (wanted <= 0) return pen.min_radius;
+      if (free.length < wanted) return pen.max_radius;
+      free.sort(function (a, b) { return a - b; });
+      return Math.max(pen.min_radius, free[wanted - 1]);
     }
 
     function stroke(event) {
@@ -283,6 +316,7 @@ in row-major grid order; 17 for the digits models):
       var y = (event.clientY - box.top) / box.height * BITMAP;
       var from = last || {x: x, y: y}, steps = Math.max(1, Math.ceil(2 * Math.hypot(x - from.x, y - from.y)));
       for (var s = 1; s <= steps; s++) stamp(from.x + (x - from.x) * s / steps, from.y + (y - from.y) * s / steps);
+      if (tool === "pen") radius = fit();
       last = {x: x, y: y};
       examples.value = "";  // the menu now says "your drawing"
       update();
@@ -389,7 +423,8 @@ in row-major grid order; 17 for the digits models):
       });
     }
     root.querySelector("button.vbp-clear").addEventListener("click", function () {
-      bitmap.fill(0);
+      base.fill(0);
+      near.fill(Infinity);
       examples.value = "";
       update();
     });

@@ -309,7 +309,7 @@ def plot_attention_distance(
         ax.axhline(even_spread, color="grey", ls="--", label="even spread")
     ax.set(
         xticks=range(num_layers),
-        xlabel="layer (network depth)",
+        xlabel="layer (network depth; 0 = first)",
         ylabel="mean attention distance (px)",
         title=title,
     )

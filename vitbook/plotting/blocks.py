@@ -264,7 +264,7 @@ def plot_norm_order(
     )
     stream, grads, last = (fig.add_subplot(grid[i, j]) for i, j in ((0, 0), (0, 1), (1, 0)))
     key = fig.add_subplot(grid[1, 1])
-    blocks = range(1, depth + 1)
+    blocks = range(depth)  # numbered from 0, as the blocks of the stack
     for order, colour in ORDER_COLOURS.items():
         run = stats[depth][order]
         stream.plot(blocks, run["std"], "o-", ms=3, color=colour, label=order)
@@ -272,16 +272,19 @@ def plot_norm_order(
         last.plot(depths, [stats[d][order]["grad"][-1] for d in depths], "o-", color=colour)
         last.plot([depth], [run["grad"][-1]], "o", ms=11, alpha=0.35, color=colour)
     stream.set(
-        xlabel="block",
+        xlabel="block (0 = first)",
         ylabel="standard deviation",
         ylim=(0, std_top),
         title="the stream after each block",
     )
     grads.set(
-        xlabel="block", ylabel="gradient norm", ylim=(0, grad_top), title="gradient of each block"
+        xlabel="block (0 = first)",
+        ylabel="gradient norm",
+        ylim=(0, grad_top),
+        title="gradient of each block",
     )
     for ax in (stream, grads):
-        ax.set_xlim(0, max(depths) + 1)
+        ax.set_xlim(-1, max(depths))
     last.set(
         xlabel="depth $L$",
         ylabel="gradient norm",
