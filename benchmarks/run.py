@@ -2,7 +2,7 @@
 """Run vitbook's benchmarks, print their tables as Markdown, and optionally save them as JSON.
 
     python benchmarks/run.py [--quick] [--json PATH] [--markdown PATH]
-                             [--only speed,limit,memory,threads,budget]
+                             [--only speed,limit,memory,threads,budget,gpu]
 
 Sections (all by default, in this order):
     speed   vitbook sdpa / explicit vs the nn.TransformerEncoderLayer reference, as ratios
@@ -12,6 +12,8 @@ Sections (all by default, in this order):
     threads one torch thread against two for the book's tiny models, idle and with a core busy
     budget  every notebook of _toc.yml against its 30 s target (alone and in the full strict
             build), and the wall time of the test command
+    gpu     fit against a plain training loop, and vitbook's ViT-B/16 against timm's, on CUDA
+            when there is a GPU (bf16 or fp16), else on the CPU (only --only gpu runs it there)
 
 ``--quick`` swaps in toy models and skips the book build: it checks that the scripts work (the
 smoke test in tests/test_benchmarks.py runs it), its numbers mean nothing. torch runs on 2 threads.
@@ -30,7 +32,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import budget, limit, memory, speed, threads  # noqa: E402
+from benchmarks import budget, gpu, limit, memory, speed, threads  # noqa: E402
 from benchmarks.common import THREADS, Table, machine, set_threads  # noqa: E402
 
 SECTIONS: dict[str, Callable[..., list[Table]]] = {
@@ -39,7 +41,15 @@ SECTIONS: dict[str, Callable[..., list[Table]]] = {
     "memory": memory.run,
     "threads": threads.run,
     "budget": budget.run,
+    "gpu": gpu.run,
 }
+
+
+def default_sections() -> list[str]:
+    """Every section; the gpu section only where CUDA is (on a CPU it trains for hours)."""
+    import torch
+
+    return [name for name in SECTIONS if name != "gpu" or torch.cuda.is_available()]
 
 
 def run_benchmarks(sections: list[str], *, quick: bool = False, echo: bool = True) -> dict:
@@ -149,6 +159,17 @@ def summary_lines(tables: list[Table]) -> list[str]:
             )
         ]
         lines.append("- Memory at the peak of one forward pass: " + ", ".join(parts) + ".")
+    if "gpu-fit" in by_key:
+        fit = by_key["gpu-fit"].data
+        lines.append(
+            f"- Training loop on {fit['device']} ({fit['precision']}): one epoch of `fit` takes "
+            f"{fit['ratio']:.3f} times a plain loop's (target <= {fit['target']}: "
+            f"{'met' if fit['met'] else 'missed'})."
+        )
+    if by_key.get("gpu-timm") and by_key["gpu-timm"].rows:
+        timm = by_key["gpu-timm"].data
+        parts = ", ".join(f"{mode} {ratio:.3f}" for mode, ratio in timm["ratios"].items())
+        lines.append(f"- ViT-B/16 training step on {timm['device']}, vitbook / timm: {parts}.")
     if "budget" in by_key:
         budget = by_key["budget"]
         notebooks = {name: r for name, r in budget.data["notebooks"].items() if r is not None}
@@ -221,9 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        default=",".join(SECTIONS),
+        default=",".join(default_sections()),
         metavar="SECTIONS",
-        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)",
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all; gpu only on a GPU)",
     )
     args = parser.parse_args(argv)
     sections = [name.strip() for name in args.only.split(",") if name.strip()]

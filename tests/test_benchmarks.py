@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # One worker runs them all, so that the quick benchmark run below is taken once.
 pytestmark = pytest.mark.xdist_group("benchmarks")
 # budget runs notebooks: tested on its own below
-QUICK_SECTIONS = ["speed", "limit", "memory", "threads"]
+QUICK_SECTIONS = ["speed", "limit", "memory", "threads", "gpu"]
 
 
 def import_benchmarks(name: str):
@@ -172,6 +172,34 @@ def test_threads_table_times_one_and_two_threads(report):
 
 
 # --- report, JSON, command line -----------------------------------------------------------------
+
+
+def test_gpu_tables_time_fit_against_a_plain_loop_and_name_the_device(report):
+    fit = table(report, "gpu-fit")
+    assert fit.column("loop") == ["fit", "plain loop"]
+    assert positive_finite(fit.column("epoch s (median)"))
+    assert fit.data["ratio"] == pytest.approx(
+        fit.column("epoch s (median)")[0] / fit.column("epoch s (median)")[1])
+    assert fit.data["device"] == ("CPU" if not torch.cuda.is_available() else fit.data["device"])
+    assert fit.data["precision"] in ("fp32", "bf16", "fp16")
+    timm = table(report, "gpu-timm")
+    if not timm.rows:  # timm (and torchvision) do not import on the CPU-only test machines
+        assert "did not import" in timm.notes[0]
+    else:
+        assert timm.column("mode") == ["eager", "compiled"]
+        assert positive_finite(timm.column("vitbook / timm"))
+
+
+def test_plain_loop_of_the_gpu_benchmark_trains_like_fit():
+    """The loop raced against fit must do the same work: same model, data, recipe, augmentation."""
+    gpu = import_benchmarks("gpu")
+    images, labels = torch.rand(64, 3, 32, 32), torch.randint(0, 10, (64,))
+    torch.manual_seed(0)
+    model = gpu.photo_vit(quick=True)
+    before = [p.detach().clone() for p in model.parameters()]
+    gpu.plain_epoch(model, images, labels, "fp32", seed=0)()
+    moved = [not torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True)]
+    assert all(moved)
 
 
 def test_report_round_trips_through_json(report):
