@@ -41,19 +41,18 @@ import torch
 from torch import nn
 
 from vitbook import VisionTransformer, ViTConfig
-from vitbook.analysis import attention_rollout, cls_rollout_map, mean_attention_distance
 from vitbook.augment import compose, mixup_cutmix, rand_augment, random_crop_flip
 from vitbook.baselines import CifarResNet18
 from vitbook.cifar import (
     CIFAR10_MEAN,
     CIFAR10_STD,
-    RESULTS_PATH,
     DataUnavailableError,
     ImageSplits,
     Normalize,
     cifar10_standin,
     load_cifar10,
 )
+from vitbook.ladder import RESULTS_PATH, readout
 from vitbook.train import evaluate, fit
 
 # The photo ViT: 32 px, 4 x 4 patches (64 tokens and the class token), D = 256, 6 blocks.
@@ -113,25 +112,13 @@ def world() -> tuple[int, int, int]:
 
 def inside(model: nn.Sequential, splits: ImageSplits, device: torch.device) -> dict:
     """What the chapter shows of a trained ViT: rollout maps and mean attention distances."""
-    normalize, vit = model[0], model[1]
-    vit.eval()
-    images = splits.test[0][:DISTANCE_PHOTOS].to(device)
-    with torch.no_grad():
-        _, attentions = vit.forward_with_attention(normalize(images))
-    config = vit.config
-    distance = [  # per layer, per head, in pixels, averaged over the photos (the paper's way)
-        mean_attention_distance(a, config.grid_size, config.patch_size).tolist()
-        for a in attentions
-    ]
-    head_average = [a[:INSIDE_PHOTOS] for a in attentions]
-    rollout = attention_rollout(head_average)  # (8, N, N)
-    maps = cls_rollout_map(rollout, config.grid_size)  # (8, Gh, Gw)
+    out = readout(model, splits.test[0][:DISTANCE_PHOTOS].to(device), maps=INSIDE_PHOTOS)
     return {
         "photos": (splits.test[0][:INSIDE_PHOTOS] * 255).round().to(torch.uint8).tolist(),
         "labels": splits.test[1][:INSIDE_PHOTOS].tolist(),
-        "rollout_maps": maps.cpu().tolist(),
-        "mean_attention_distance": distance,
-        "distance_photos": len(images),
+        "rollout_maps": out["rollout_maps"].tolist(),
+        "mean_attention_distance": out["mean_attention_distance"].tolist(),
+        "distance_photos": min(DISTANCE_PHOTOS, len(splits.test[1])),
     }
 
 

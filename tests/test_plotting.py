@@ -412,6 +412,17 @@ EXAMPLES = {
     "plot_resampled_positions": lambda: plotting.plot_resampled_positions(
         [torch.randn(1, 17, 32), torch.randn(1, 37, 32)], [(1, 2), (2, 3)], channels=(3, 20)
     ),
+    "plot_photos_by_class": lambda: plotting.plot_photos_by_class(
+        torch.rand(30, 3, 32, 32), torch.arange(30) % 10, [f"class {c}" for c in range(10)]
+    ),
+    "plot_augmented": lambda: plotting.plot_augmented(
+        {"original": torch.rand(8, 3, 32, 32), "crop and flip": torch.rand(8, 3, 32, 32)}
+    ),
+    "plot_ladder": lambda: plotting.plot_ladder(
+        {name: {"test_mean": m, "test_min": m - 0.01, "test_max": m + 0.01, "n": 3,
+                "minutes": 4.0} for name, m in (("ViT, crop and flip", 0.79), ("ResNet-18", 0.9))},
+        anchors={"ViT-Lite-7/4": 0.914},
+    ),
     "plot_digits_by_class": lambda: plotting.plot_digits_by_class(
         torch.rand(30, 1, 8, 8), torch.arange(30) % 10, title="digits"
     ),

@@ -27,7 +27,6 @@ from torch import nn
 from vitbook import _checks
 
 __all__ = [
-    "RESULTS_PATH",
     "CIFAR10_CLASSES",
     "CIFAR10_MEAN",
     "CIFAR10_STD",
@@ -36,8 +35,6 @@ __all__ = [
     "Normalize",
     "cifar10_standin",
     "load_cifar10",
-    "load_results",
-    "summarize",
 ]
 
 CIFAR10_CLASSES = (
@@ -47,8 +44,6 @@ CIFAR10_CLASSES = (
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 DEFAULT_ROOT = Path("~/.cache/vitbook/cifar10")
-# What scripts/train_cifar10.py records on a GPU: the recipe ladder, with provenance.
-RESULTS_PATH = Path(__file__).parent / "assets" / "cifar10_results.json"
 
 Data = tuple[torch.Tensor, torch.Tensor]
 
@@ -368,63 +363,3 @@ def cifar10_standin(
         sha256=_checksum(pixels, y.numpy()),
     )
 
-
-def load_results(path: str | Path = RESULTS_PATH) -> dict:
-    """The recorded runs of ``scripts/train_cifar10.py``: ``{"runs": [...], "provenance": [...]}``.
-
-    Raises:
-        FileNotFoundError: nothing recorded at ``path`` yet, with the command that records it.
-        ValueError: a file without runs or provenance.
-
-    See chapter: Real photos on a GPU.
-    """
-    import json
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no recorded CIFAR-10 runs at {path}: they come from a GPU, with "
-            "`python scripts/train_cifar10.py --download` (or --data cifar10.npz)."
-        )
-    results = json.loads(path.read_text(encoding="utf-8"))
-    if not results.get("runs") or not results.get("provenance"):
-        raise ValueError(f"{path} holds no runs or no provenance; record it again.")
-    return results
-
-
-def summarize(results: dict) -> dict[str, dict[str, float]]:
-    """Per row of the ladder: seeds, mean and standard deviation of the accuracies, minutes.
-
-    Returns:
-        ``{row: {"n", "val_mean", "val_std", "test_mean", "test_std", "test_min", "test_max",
-        "minutes"}}`` with the sample standard deviation (0 for one seed) and the mean minutes
-        of a run.
-
-    Example:
-        >>> runs = [{"row": "a", "seed": s, "final_val_accuracy": v, "test_accuracy": t,
-        ...          "minutes": 2.0} for s, v, t in ((0, 0.8, 0.79), (1, 0.82, 0.81))]
-        >>> row = summarize({"runs": runs})["a"]
-        >>> row["n"], round(row["test_mean"], 4), round(row["test_std"], 4)
-        (2, 0.8, 0.0141)
-
-    See chapter: Real photos on a GPU.
-    """
-    import statistics
-
-    table: dict[str, dict[str, float]] = {}
-    for name in dict.fromkeys(run["row"] for run in results["runs"]):
-        runs = [run for run in results["runs"] if run["row"] == name]
-        val = [run["final_val_accuracy"] for run in runs]
-        test = [run["test_accuracy"] for run in runs]
-        spread = statistics.stdev if len(runs) > 1 else (lambda values: 0.0)
-        table[name] = {
-            "n": len(runs),
-            "val_mean": statistics.fmean(val),
-            "val_std": spread(val),
-            "test_mean": statistics.fmean(test),
-            "test_std": spread(test),
-            "test_min": min(test),
-            "test_max": max(test),
-            "minutes": statistics.fmean(run["minutes"] for run in runs),
-        }
-    return table

@@ -53,6 +53,11 @@ from vitbook.plotting.patches import (
     plot_patch_grid,
     plot_patch_vector,
 )
+from vitbook.plotting.photos import (
+    plot_augmented,
+    plot_ladder,
+    plot_photos_by_class,
+)
 from vitbook.plotting.positions import (
     plot_position_similarity,
     plot_shuffle_test,
@@ -94,6 +99,7 @@ __all__ = [
     "plot_attention_distance",
     "plot_attention_map",
     "plot_attention_masks",
+    "plot_augmented",
     "plot_axial_crossover",
     "plot_axial_reach",
     "plot_confusion",
@@ -104,6 +110,7 @@ __all__ = [
     "plot_gradient_through_depth",
     "plot_head_outputs",
     "plot_history",
+    "plot_ladder",
     "plot_layer_attention",
     "plot_lr_schedule",
     "plot_norm_order",
@@ -112,6 +119,7 @@ __all__ = [
     "plot_patch_size_experiment",
     "plot_patch_vector",
     "plot_pipeline",
+    "plot_photos_by_class",
     "plot_position_experiment",
     "plot_position_similarity",
     "plot_predictions",
