@@ -112,7 +112,7 @@ FIGURE_TEXT_PX = MIN_FONT_SIZE / 72 * CSS_PX_PER_INCH
 MIN_PHONE_TEXT_PX = 9
 # What a phone reader gets of the figures: each image's width as shown against the width it was
 # drawn for, the text of the interactive figures (HTML), and every box that scrolls sideways
-# (a figure's pan box, a display equation) with the shadows that say so.
+# (a figure's pan box, a display equation, code or printed output) with the shadows that say so.
 PHONE_READING = """() => {
   const article = document.querySelector("article.bd-article") || document.body;
   const images = Array.from(article.querySelectorAll("img")).map(img => ({
@@ -133,12 +133,11 @@ PHONE_READING = """() => {
     }
   }
   const boxes = Array.from(article.querySelectorAll(
-    ".vb-pan-box, div.math mjx-container, .cell_output img")).filter(
-    box => !box.matches("img") || !box.closest(".vb-pan-box"));
+    ".vb-pan-box, div.math mjx-container, div.highlight > pre"));
   const scrolling = boxes.filter(box => box.scrollWidth > box.clientWidth + 1).map(box => {
     const frame = box.closest(".vb-scroll-frame");
     return {
-      kind: box.matches("mjx-container") ? "equation" : "figure",
+      kind: box.matches("mjx-container") ? "equation" : box.matches("pre") ? "code" : "figure",
       text: (box.textContent || box.getAttribute("src") || "").trim().slice(0, 40),
       frame: frame ? frame.className : null,
     };
@@ -756,11 +755,12 @@ def test_figure_text_is_readable_on_a_phone(browser_report):
 
 def test_what_scrolls_sideways_on_a_phone_says_so(browser_report):
     chapters = chapter_pages(browser_report["pages"])
-    unmarked, shadows, equations = {}, {}, 0
+    unmarked, shadows, equations, figures = {}, {}, 0, 0
     for name, page in chapters.items():
         reading = page["phone_reading"]
         unmarked[name] = [box for box in reading["scrolling"] if not box["frame"]]
         equations += sum(box["kind"] == "equation" for box in reading["scrolling"])
+        figures += sum(box["kind"] == "figure" for box in reading["scrolling"])
         start, end = reading["shadows"]["start"], reading["shadows"]["end"]
         wrong = [
             (before, after)
@@ -778,6 +778,7 @@ def test_what_scrolls_sideways_on_a_phone_says_so(browser_report):
         f"a shadow on the right at the start, on the left at the end, and no other: {shadows}"
     )
     assert equations >= 5, "some display equations are wider than a phone"
+    assert figures >= 40, "the figures, drawn for 680 px, pan on a phone"
 
 
 def test_the_script_uses_the_house_style_text_sizes():

@@ -7,8 +7,9 @@
       narrower than 81% of the width it was drawn for (its smallest text then stays at
       9 CSS px or more); where the column is narrower, the picture pans sideways inside a box
       of its own, and the page itself never does.
-   2. A box that scrolls sideways (a figure above, a display equation that is wider than the
-      column) shows that it does: a shadow at the edge where more of it is hidden.
+   2. A box that scrolls sideways (a figure above, a display equation, a line of code or of
+      printed output that is wider than the column) shows that it does: a shadow at the edge
+      where more of it is hidden.
    3. The chapter list and the page contents open as panels below 992 px (the theme's
       buttons); a link followed in one of them closes the panel, so that the reader sees the
       place it leads to (the theme leaves the panel open over the page).
@@ -22,6 +23,7 @@
   var SMALLEST_SCALE = PHONE_TEXT_PX / FIGURE_TEXT_PX;
   var FIGURES = "article .cell_output img, article figure img";
   var EQUATIONS = "article div.math";
+  var CODE = "article div.highlight"; // code cells and printed output: a <pre> that scrolls
 
   function drawnWidth(img) {
     // MyST-NB writes a 2x PNG's CSS width into the style, an interactive figure into the
@@ -43,11 +45,15 @@
   }
 
   var watched = [];
+  // A box changes size when the window does, when a folded cell opens, when an image loads:
+  // look again then.
+  var resized = window.ResizeObserver ? new ResizeObserver(function () { updateAll(); }) : null;
   function watch(frame, box) {
     frame.classList.add("vb-scroll-frame");
     box.classList.add("vb-scroll-box");
     watched.push([frame, box]);
     box.addEventListener("scroll", function () { update(frame, box); }, { passive: true });
+    if (resized) resized.observe(box);
     update(frame, box);
   }
   function updateAll() {
@@ -71,7 +77,6 @@
       box.appendChild(inner);
       frame.appendChild(box);
       watch(frame, box);
-      img.addEventListener("load", updateAll);
     }
   }
 
@@ -80,6 +85,14 @@
     var blocks = document.querySelectorAll(EQUATIONS);
     for (var i = 0; i < blocks.length; i++) {
       var box = blocks[i].querySelector("mjx-container");
+      if (box && !box.classList.contains("vb-scroll-box")) watch(blocks[i], box);
+    }
+  }
+
+  function codeBlocks() {
+    var blocks = document.querySelectorAll(CODE);
+    for (var i = 0; i < blocks.length; i++) {
+      var box = blocks[i].querySelector(":scope > pre");
       if (box && !box.classList.contains("vb-scroll-box")) watch(blocks[i], box);
     }
   }
@@ -109,6 +122,7 @@
 
   function start() {
     panFigures();
+    codeBlocks();
     closePanelsOnLinks();
     afterMathJax();
     window.addEventListener("resize", updateAll);
