@@ -144,6 +144,7 @@ def test_config_keeps_pages_offline(book_config):
         "offline_book": "book/_ext",
         "figure_guard": "book/_ext",
         "colab": "book/_ext",
+        "reader": "book/_ext",
     }
     config = sphinx["config"]
     assert "://" not in config["mathjax_path"], "MathJax is served from the build, not a CDN"

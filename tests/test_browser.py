@@ -6,9 +6,13 @@ anything but a local file refused and recorded. On each page it moves every cont
 interactive figure through all its values and checks that the picture shown is the one drawn for
 those values, and changes whenever that picture differs. It measures what a reader sees at a
 1280 px window (the size each image is shown at against the size it was drawn for, alt text,
-captions, anything wider than its box, the values each control offers) and then the page's
-width in a 390 px window (a phone). Screenshots (one per page at each width, one per figure after
-its controls have moved) and ``summary.json`` land in ``_build/screenshots/``.
+captions, anything wider than its box, the values each control offers) and checks that the menu
+button folds the chapter list away and back. In a 390 px window (a phone) it measures the page's
+width, the size of every figure's text as shown and the shadows that mark boxes scrolling
+sideways; at 390 and at 768 px (a tablet) it opens the chapter list from the menu button that a
+reader sees, and at 390 px the page contents, and follows a link in each. Screenshots (one per page
+at each width, the chapter list open at 390 and 768 px, one per figure after its controls have
+moved) and ``summary.json`` land in ``_build/screenshots/``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from booktools import BROWSER_SUMMARY, BUILD_DIR, CHROMIUM_FLAGS
+from booktools import BROWSER_SUMMARY, BUILD_DIR, CHROMIUM_FLAGS, ROOT, read_yaml, toc_entries
+
+from vitbook.plotting.style import CSS_PX_PER_INCH, MIN_FONT_SIZE
 
 # All on the worker that holds the build (pytest-xdist), one Chromium session for every page.
 pytestmark = [pytest.mark.book, pytest.mark.xdist_group("book")]
@@ -94,7 +100,87 @@ LAYOUT = """() => {
 }"""
 PAGE_WIDTH = "() => document.documentElement.scrollWidth"
 HASHED_NAME = re.compile(r"[0-9a-f]{32,}")  # an image named by its hash: no real alt text
+# Alt text that says nothing about the picture (an interactive figure whose drawing function had
+# no docstring once said the first; its values in brackets follow).
+GENERIC_ALT = re.compile(r"^(a figure with controls|a figure|figure|image|picture)\b", re.I)
 PHONE = {"width": 390, "height": 844}
+TABLET = {"width": 768, "height": 1024}
+DESKTOP = {"width": 1280, "height": 900}
+# The smallest text of a figure at the width it was drawn for (vitbook.plotting.style: 8 pt at
+# 100 CSS px per inch, 11.1 px), and the least a phone reader should get without zooming.
+FIGURE_TEXT_PX = MIN_FONT_SIZE / 72 * CSS_PX_PER_INCH
+MIN_PHONE_TEXT_PX = 9
+# What a phone reader gets of the figures: each image's width as shown against the width it was
+# drawn for, the text of the interactive figures (HTML), and every box that scrolls sideways
+# (a figure's pan box, a display equation, code or printed output) with the shadows that say so.
+PHONE_READING = """() => {
+  const article = document.querySelector("article.bd-article") || document.body;
+  const images = Array.from(article.querySelectorAll("img")).map(img => ({
+    src: (img.getAttribute("src") || "").slice(0, 60),
+    shown: img.getBoundingClientRect().width,
+    intended: parseFloat(img.style.width) || Number(img.getAttribute("width"))
+      || img.naturalWidth,
+  }));
+  let smallestHtmlText = null;
+  for (const root of article.querySelectorAll(".vitbook-explorer, .vitbook-playground")) {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const element = node.parentElement;
+      if (!node.textContent.trim() || ["SCRIPT", "STYLE"].includes(element.tagName)) continue;
+      if (!element.getClientRects().length) continue;
+      const size = parseFloat(getComputedStyle(element).fontSize);
+      smallestHtmlText = smallestHtmlText === null ? size : Math.min(smallestHtmlText, size);
+    }
+  }
+  const boxes = Array.from(article.querySelectorAll(
+    ".vb-pan-box, div.math mjx-container, div.highlight > pre"));
+  const scrolling = boxes.filter(box => box.scrollWidth > box.clientWidth + 1).map(box => {
+    const frame = box.closest(".vb-scroll-frame");
+    return {
+      kind: box.matches("mjx-container") ? "equation" : box.matches("pre") ? "code" : "figure",
+      text: (box.textContent || box.getAttribute("src") || "").trim().slice(0, 40),
+      frame: frame ? frame.className : null,
+    };
+  });
+  return {images: images, smallest_html_text: smallestHtmlText, scrolling: scrolling};
+}"""
+# Scroll every box that scrolls sideways to its far end (or back to its start).
+SCROLL_BOXES = """(end) => {
+  for (const box of document.querySelectorAll(".vb-scroll-frame.vb-scrolls .vb-scroll-box")) {
+    box.scrollLeft = end ? box.scrollWidth : 0;
+  }
+}"""
+EDGE_SHADOWS = """() => Array.from(document.querySelectorAll(".vb-scroll-frame.vb-scrolls")).map(
+  frame => ({left: frame.classList.contains("vb-more-left"),
+             right: frame.classList.contains("vb-more-right"),
+             shadow: getComputedStyle(frame, "::after").backgroundImage}))"""
+# A side panel of the theme (a <dialog>): open or not, its size, the links a reader sees in it
+# and whether the first of them in view is the element under a finger on its centre.
+PANEL = """(id) => {
+  const dialog = document.getElementById(id);
+  const box = dialog.getBoundingClientRect();
+  const links = Array.from(dialog.querySelectorAll("a[href]")).filter(
+    a => a.getClientRects().length && getComputedStyle(a).visibility !== "hidden");
+  const inView = links.find(a => {
+    const r = a.getBoundingClientRect();
+    return r.width > 0 && r.top >= box.top && r.bottom <= Math.min(box.bottom, innerHeight);
+  });
+  let tappable = false;
+  if (inView) {
+    const r = inView.getBoundingClientRect();
+    const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    tappable = !!hit && (hit === inView || inView.contains(hit));
+  }
+  return {open: dialog.open, width: box.width, height: box.height, tappable: tappable,
+          links: links.map(a => ({href: a.href.split("#")[0], hash: a.hash,
+                                  raw: a.getAttribute("href")}))};
+}"""
+SIDEBAR = """() => {
+  const sidebar = document.getElementById("pst-primary-sidebar");
+  const box = sidebar.getBoundingClientRect();
+  return {hidden: sidebar.classList.contains("pst-sidebar-hidden"),
+          visibility: getComputedStyle(sidebar).visibility, right: box.right};
+}"""
 MIN_SHOWN_FRACTION = 0.85  # an image shown smaller than this has text below the 10 px floor
 MIN_CAPTIONED = 0.9  # share of the content images that sit in a numbered, captioned figure
 MIN_SLIDER_VALUES = 5  # fewer values belong in a menu
@@ -110,6 +196,12 @@ MATH = """async () => {
     fonts_failed: Array.from(document.fonts).filter(f => f.status === "error").map(f => f.family),
   };
 }"""
+
+
+def toc_page_urls(html_dir: Path) -> set[str]:
+    """The address of every page of _toc.yml in the build: what the chapter list links to."""
+    entries = toc_entries(read_yaml("_toc.yml"))
+    return {(html_dir / f"{entry}.html").resolve().as_uri() for entry in entries}
 
 
 def book_pages(html_dir: Path) -> list[Path]:
@@ -262,7 +354,8 @@ def shown_fraction(image: dict) -> float:
 
 
 def has_alt(image: dict) -> bool:
-    return bool(image["alt"]) and not HASHED_NAME.search(image["alt"])
+    alt = image["alt"]
+    return bool(alt) and not HASHED_NAME.search(alt) and not GENERIC_ALT.match(alt)
 
 
 def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
@@ -307,11 +400,21 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
         root.scroll_into_view_if_needed()
         root.screenshot(path=SCREENSHOTS / f"{stem}--figure-{e + 1}.png")
     layout = page.evaluate(LAYOUT)
+    sidebar = fold_the_sidebar(page)
     page.set_viewport_size(PHONE)
     page.wait_for_timeout(100)  # let the theme's layout settle at the new width
     phone_width = page.evaluate(PAGE_WIDTH)
     phone_layout = page.evaluate(LAYOUT)
+    phone_reading = page.evaluate(PHONE_READING)
+    phone_reading["shadows"] = edge_shadows(page)
     page.screenshot(path=SCREENSHOTS / f"{stem}--phone.png", full_page=True)
+    toc_urls = toc_page_urls(html_dir)
+    menus = {"390": open_the_chapter_list(page, SCREENSHOTS / f"{stem}--phone-menu.png")}
+    menus["390 contents"] = open_the_page_contents(page)
+    page.set_viewport_size(TABLET)
+    page.wait_for_timeout(100)
+    menus["768"] = open_the_chapter_list(page, SCREENSHOTS / f"{stem}--tablet-menu.png")
+    menus["768 followed"] = follow_a_chapter_link(page, toc_urls)
     page.close()
     report["explorers"] += count
     report["requests_blocked"] += blocked
@@ -324,10 +427,104 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
         "layout_1280": layout,
         "layout_390": phone_layout,
         "phone_width": phone_width,
+        "phone_reading": phone_reading,
+        "sidebar_1280": sidebar,
+        "menus": menus,
+        "toc_urls_missing": sorted(
+            toc_urls - {link["href"] for link in menus["390"]["panel"]["links"]}
+        ),
         "math": math,
         "errors": errors,
         "blocked": blocked,
     }
+
+
+def visible_button(page, selector: str):
+    """The one button of ``selector`` that a reader sees, or None (and how many there were)."""
+    shown = page.locator(selector).filter(visible=True)
+    return (shown.first if shown.count() == 1 else None), shown.count()
+
+
+def fold_the_sidebar(page) -> dict:
+    """At 1280 px: the menu button folds the chapter list away; a second press brings it back."""
+    button, count = visible_button(page, ".primary-toggle")
+    result = {"buttons": count}
+    if button is None:
+        return result
+    button.click()
+    page.wait_for_timeout(400)  # the theme slides the sidebar out in 0.25 s
+    result["folded"] = page.evaluate(SIDEBAR)
+    button.click()
+    page.wait_for_timeout(400)
+    result["unfolded"] = page.evaluate(SIDEBAR)
+    return result
+
+
+def edge_shadows(page) -> dict:
+    """The shadows of the boxes that scroll sideways, at their start and at their far end."""
+    start = page.evaluate(EDGE_SHADOWS)
+    page.evaluate(SCROLL_BOXES, True)
+    page.wait_for_timeout(150)  # scroll events are delivered on the next frame
+    end = page.evaluate(EDGE_SHADOWS)
+    page.evaluate(SCROLL_BOXES, False)
+    page.wait_for_timeout(150)
+    return {"start": start, "end": end}
+
+
+def open_the_chapter_list(page, screenshot: Path) -> dict:
+    """Press the menu button a reader sees; report the panel it opens, then close it."""
+    page.evaluate("() => window.scrollTo(0, 0)")
+    button, count = visible_button(page, ".primary-toggle")
+    result = {"buttons": count}
+    if button is None:
+        return result
+    button.click()
+    page.wait_for_timeout(300)
+    result["panel"] = page.evaluate(PANEL, "pst-primary-sidebar-modal")
+    page.screenshot(path=screenshot)
+    page.keyboard.press("Escape")
+    page.wait_for_timeout(100)
+    result["closed"] = not page.evaluate(PANEL, "pst-primary-sidebar-modal")["open"]
+    return result
+
+
+def open_the_page_contents(page) -> dict:
+    """Press the page-contents button (where the page has one) and follow a link in the panel."""
+    button, count = visible_button(page, ".secondary-toggle")
+    result = {"buttons": count}
+    if button is None:
+        return result
+    button.click()
+    page.wait_for_timeout(300)
+    result["panel"] = panel = page.evaluate(PANEL, "pst-secondary-sidebar-modal")
+    sections = [link for link in panel["links"] if link["hash"]]
+    if panel["open"] and sections:
+        target = sections[len(sections) // 2]
+        page.locator(f'#pst-secondary-sidebar-modal a[href="{target["raw"]}"]').first.click()
+        page.wait_for_timeout(300)
+        result["followed"] = {
+            "wanted": target["hash"],
+            "hash": page.evaluate("() => location.hash"),
+            "closed": not page.evaluate(PANEL, "pst-secondary-sidebar-modal")["open"],
+        }
+    return result
+
+
+def follow_a_chapter_link(page, toc_urls: set[str]) -> dict:
+    """Open the chapter list and follow its link to another page of the book."""
+    button, _ = visible_button(page, ".primary-toggle")
+    if button is None:
+        return {}
+    here = page.url.split("#")[0]
+    button.click()
+    page.wait_for_timeout(300)
+    links = page.evaluate(PANEL, "pst-primary-sidebar-modal")["links"]
+    target = next((link for link in links if link["href"] in toc_urls - {here}), None)
+    if target is None:
+        return {"target": None}
+    page.locator(f'#pst-primary-sidebar-modal a[href="{target["raw"]}"]').first.click()
+    page.wait_for_url(target["href"] + "*", timeout=5000)
+    return {"target": target["href"], "arrived": page.url.split("#")[0]}
 
 
 def test_every_page_was_visited(browser_report, built_book):
@@ -456,3 +653,148 @@ def test_no_page_scrolls_sideways_on_a_phone(browser_report):
         if page["phone_width"] > PHONE["width"]
     }
     assert not wide, f"pages wider than a {PHONE['width']} px window (CSS px): {wide}"
+
+
+# --- navigation on phones, tablets and desktops ---------------------------------------------------
+
+
+def test_the_chapter_list_opens_from_the_visible_menu_button_on_phones_and_tablets(browser_report):
+    pages = browser_report["pages"]
+    problems = {}
+    for name, page in pages.items():
+        for width in ("390", "768"):
+            menu = page["menus"][width]
+            panel = menu.get("panel", {})
+            wrong = []
+            if menu["buttons"] != 1:
+                wrong.append(f"{menu['buttons']} visible menu buttons")
+            elif not panel.get("open"):
+                wrong.append("the menu button opened nothing")
+            else:
+                if panel["width"] < 200 or panel["height"] < 300:
+                    wrong.append(f"a panel of only {panel['width']} x {panel['height']} px")
+                if not panel["tappable"]:
+                    wrong.append("its first link is covered")
+                if not menu["closed"]:
+                    wrong.append("Escape left it open")
+            if wrong:
+                problems[f"{name} at {width} px"] = wrong
+        if page["toc_urls_missing"]:
+            problems[f"{name} chapter list"] = [f"no link to {page['toc_urls_missing']}"]
+        followed = page["menus"]["768 followed"]
+        if followed.get("arrived") != followed.get("target"):
+            problems[f"{name} at 768 px"] = [f"following a chapter link: {followed}"]
+    assert len(pages) >= 10
+    assert not problems, f"the chapter list on phones and tablets: {problems}"
+
+
+def test_the_page_contents_open_on_a_phone_and_close_on_a_link(browser_report):
+    chapters = chapter_pages(browser_report["pages"])
+    opened, problems = 0, {}
+    for name, page in chapters.items():
+        contents = page["menus"]["390 contents"]
+        if not contents["buttons"]:
+            continue
+        followed = contents.get("followed")
+        if not contents.get("panel", {}).get("open"):
+            problems[name] = "the page-contents button opened nothing"
+        elif not followed or followed["hash"] != followed["wanted"] or not followed["closed"]:
+            problems[name] = f"following a section link: {followed}"
+        opened += 1
+    assert not problems, f"the page contents on a phone: {problems}"
+    assert opened >= 10, f"only {opened} chapter pages have a page-contents button at 390 px"
+
+
+def test_the_menu_button_folds_the_sidebar_on_a_desktop(browser_report):
+    problems = {}
+    for name, page in browser_report["pages"].items():
+        sidebar = page["sidebar_1280"]
+        if sidebar["buttons"] != 1:
+            problems[name] = f"{sidebar['buttons']} visible menu buttons"
+            continue
+        folded, unfolded = sidebar["folded"], sidebar["unfolded"]
+        if not (folded["hidden"] and folded["visibility"] == "hidden"):
+            problems[name] = f"the sidebar stayed after the first press: {folded}"
+        elif unfolded["hidden"] or unfolded["visibility"] != "visible" or unfolded["right"] <= 0:
+            problems[name] = f"the sidebar did not come back: {unfolded}"
+    assert not problems, f"the menu button at 1280 px: {problems}"
+
+
+# --- figures on a phone ---------------------------------------------------------------------------
+
+
+def phone_text_px(image: dict) -> float:
+    """The smallest text of a figure as shown: its shown / drawn width x the style's smallest."""
+    return image["shown"] / image["intended"] * FIGURE_TEXT_PX if image["intended"] else 0.0
+
+
+def test_figure_text_is_readable_on_a_phone(browser_report):
+    chapters = chapter_pages(browser_report["pages"])
+    small = {
+        name: [
+            (i["src"], round(phone_text_px(i), 1))
+            for i in page["phone_reading"]["images"]
+            if phone_text_px(i) < MIN_PHONE_TEXT_PX
+        ]
+        for name, page in chapters.items()
+    }
+    assert not any(small.values()), (
+        f"figure text under {MIN_PHONE_TEXT_PX} CSS px in a 390 px window (shown / drawn width "
+        f"x {FIGURE_TEXT_PX:.1f} px): {small}"
+    )
+    html_text = {
+        name: page["phone_reading"]["smallest_html_text"]
+        for name, page in chapters.items()
+        if page["phone_reading"]["smallest_html_text"] is not None
+    }
+    assert html_text, "the interactive figures have controls and readouts"
+    assert min(html_text.values()) >= MIN_PHONE_TEXT_PX, html_text
+    images = sum(len(page["phone_reading"]["images"]) for page in chapters.values())
+    assert images >= 40, f"only {images} figures measured at 390 px"
+
+
+def test_what_scrolls_sideways_on_a_phone_says_so(browser_report):
+    chapters = chapter_pages(browser_report["pages"])
+    unmarked, shadows, equations, figures = {}, {}, 0, 0
+    for name, page in chapters.items():
+        reading = page["phone_reading"]
+        unmarked[name] = [box for box in reading["scrolling"] if not box["frame"]]
+        equations += sum(box["kind"] == "equation" for box in reading["scrolling"])
+        figures += sum(box["kind"] == "figure" for box in reading["scrolling"])
+        start, end = reading["shadows"]["start"], reading["shadows"]["end"]
+        wrong = [
+            (before, after)
+            for before, after in zip(start, end, strict=True)
+            if before["left"]
+            or not before["right"]
+            or not after["left"]
+            or after["right"]
+            or "gradient" not in before["shadow"]
+        ]
+        if wrong or len(start) != len(reading["scrolling"]):
+            shadows[name] = wrong or f"{len(start)} marked, {len(reading['scrolling'])} scroll"
+    assert not any(unmarked.values()), f"boxes that scroll sideways without a shadow: {unmarked}"
+    assert not shadows, (
+        f"a shadow on the right at the start, on the left at the end, and no other: {shadows}"
+    )
+    assert equations >= 5, "some display equations are wider than a phone"
+    assert figures >= 40, "the figures, drawn for 680 px, pan on a phone"
+
+
+def test_the_script_uses_the_house_style_text_sizes():
+    script = (ROOT / "book" / "_static" / "vitbook.js").read_text(encoding="utf-8")
+    figure = re.search(r"FIGURE_TEXT_PX = \((\d+) / 72\) \* (\d+);", script)
+    phone = re.search(r"PHONE_TEXT_PX = (\d+);", script)
+    assert figure and phone, "vitbook.js states its two text sizes"
+    assert (float(figure[1]), float(figure[2])) == (MIN_FONT_SIZE, CSS_PX_PER_INCH)
+    assert float(phone[1]) == MIN_PHONE_TEXT_PX
+
+
+def test_the_intro_maps_every_chapter_with_a_link(built_book):
+    html = (built_book / "book" / "intro.html").read_text(encoding="utf-8")
+    section = html.split('id="chapter-map"', 1)[1].split("</table>", 1)[0]
+    linked = re.findall(r'<a class="reference internal" href="([\w.-]+)\.html"', section)
+    numbered = [part for part in read_yaml("_toc.yml")["parts"] if part.get("numbered")]
+    chapters = [e.removeprefix("book/") for e in toc_entries({"root": "", "parts": numbered})[1:]]
+    assert len(chapters) >= 10
+    assert linked == chapters, f"the chapter map links {linked}; the numbered chapters: {chapters}"

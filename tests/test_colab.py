@@ -125,7 +125,8 @@ def test_pitfalls_citations_and_links_read_as_plain_markdown(generated):
         "> **Common pitfall: loading with strict=False**\n>\n> `model.load_state_dict(weights, "
         "strict=False)` accepts"
     ) in markdown
-    assert f"([Dosovitskiy et al., 2021]({site}book/bibliography.html))" in markdown
+    bibliography = f"{site}book/bibliography.html"
+    assert f"([Dosovitskiy et al., 2021]({bibliography}#cite-dosovitskiy2021vit))" in markdown
     assert f"[The full model]({site}book/full_model.html)" in markdown
     assert "$\\sqrt{\\sigma^2 + \\epsilon}$" in markdown, "maths is kept as it is"
     assert f"[vitbook: Vision Transformers from scratch]({site}book/pretrained.html)" in markdown
@@ -170,24 +171,25 @@ def test_links_resolve_to_pages_of_the_built_book(generated, built_book):
 @pytest.fixture(scope="module")
 def chapter():
     book = colab.load_book(ROOT)
-    book.labels["fig-demo"] = colab.Target("book/patches", "fig-demo", "A demo", "2")
+    book.labels["fig-demo"] = colab.Target("book/patches", "fig-demo", "A demo", "1.2")
     return colab.Chapter(book, "book/attention")
 
 
 def test_roles_become_links_and_code_spans_stay_literal(chapter):
     site = chapter.book.site
-    bib = f"{site}book/bibliography.html"
+    bib = f"{site}book/bibliography.html#cite-"
     assert chapter.markdown("As {cite:t}`vaswani2017attention` show") == (
-        f"As [Vaswani et al. (2017)]({bib}) show"
+        f"As [Vaswani et al. (2017)]({bib}vaswani2017attention) show"
     )
     assert chapter.markdown("{cite:p}`ho2019axial,abnar2020rollout`") == (
-        f"([Ho et al., 2019]({bib}); [Abnar and Zuidema, 2020]({bib}))"
+        f"([Ho et al., 2019]({bib}ho2019axial); [Abnar and Zuidema, 2020]({bib}abnar2020rollout))"
     )
     assert chapter.markdown("see {doc}`the notation <notation>`") == (
         f"see [the notation]({site}book/notation.html)"
     )
+    demo = f"{site}book/patches.html#fig-demo"
     assert chapter.markdown("{numref}`fig-demo` and {ref}`fig-demo`") == (
-        f"[Fig. 2]({site}book/patches.html#fig-demo) and [A demo]({site}book/patches.html#fig-demo)"
+        f"[Fig. 1.2]({demo}) and [A demo]({demo})"
     )
     assert chapter.markdown("write `{cite}` for a citation, {math}`x^2` inline") == (
         "write `{cite}` for a citation, $x^2$ inline"
@@ -235,11 +237,119 @@ def test_captions_follow_their_figure_and_cell_magics_stay_first():
         },
     ]  # fmt: skip
     source = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    out = colab.convert_notebook(book, "book/notation", source)["cells"]
+    out = colab.convert_notebook(book, "book/attention", source)["cells"]
     assert [c["cell_type"] for c in out] == ["markdown", "code", "markdown", "code"]
     notation = f"{book.site}book/notation.html"
-    assert out[2]["source"] == f"**Figure:** A [Notation and shapes]({notation}) map"
+    chapter = colab.chapter_numbers()["book/attention"]
+    assert out[2]["source"] == f"**Fig. {chapter}.1:** A [Notation and shapes]({notation}) map"
     assert out[3]["source"] == "%%time\n#@title Solution\nsolve()"
+
+
+def write_book(folder, toc: str, multitoc: bool = True) -> None:
+    (folder / "_toc.yml").write_text(toc, encoding="utf-8")
+    html = "html:\n  use_multitoc_numbering: true\n" if multitoc else ""
+    (folder / "_config.yml").write_text(f"title: t\n{html}", encoding="utf-8")
+
+
+TOC = """format: jb-book
+root: intro
+parts:
+  - caption: Front
+    chapters:
+      - file: preface
+  - caption: Main
+    numbered: 1
+    chapters:
+      - file: one
+      - file: two
+        sections:
+          - file: two_a
+  - caption: More
+    numbered: true
+    chapters:
+      - file: three
+  - caption: Back
+    chapters:
+      - file: references
+"""
+
+
+def test_chapter_numbers_come_from_the_toc(tmp_path):
+    write_book(tmp_path, TOC)
+    assert colab.chapter_numbers(tmp_path) == {"one": 1, "two": 2, "two_a": 2, "three": 3}
+    write_book(tmp_path, TOC, multitoc=False)  # each numbered part starts again at 1
+    assert colab.chapter_numbers(tmp_path) == {"one": 1, "two": 2, "two_a": 2, "three": 1}
+    write_book(tmp_path, TOC.replace("numbered: 1", "numbered: false"))
+    assert colab.chapter_numbers(tmp_path) == {"three": 1}
+
+
+def test_figures_are_numbered_within_their_chapter():
+    book = colab.load_book(ROOT)
+    numbers = colab.chapter_numbers()
+    assert numbers["book/patches"] == 1 and "book/notation" not in numbers
+    checked = 0
+    for page in colab.chapters(book):
+        source = json.loads((ROOT / f"{page}.ipynb").read_text(encoding="utf-8"))
+        names = [
+            c["metadata"]["mystnb"]["figure"].get("name")
+            for c in source["cells"]
+            if c["metadata"].get("mystnb", {}).get("figure", {}).get("caption")
+        ]
+        for nth, name in enumerate(names, start=1):
+            if name and page in numbers:
+                assert book.labels[name].number == f"{numbers[page]}.{nth}", (page, name)
+                checked += 1
+    assert checked >= 40, "the chapters' figures are named, so that {numref} can cite them"
+
+
+def test_captions_carry_the_numbers_that_numref_shows(generated):
+    book = colab.load_book(ROOT)
+    captions = 0
+    for page, (_, notebook) in generated.items():
+        shown = [
+            re.match(r"\*\*Fig\. ([\d.]+):\*\* ", text(c))
+            for c in notebook["cells"]
+            if c["cell_type"] == "markdown" and text(c).startswith("**Fig. ")
+        ]
+        assert all(shown), f"{page}: a caption without its number"
+        labelled = sorted(
+            (t.number for t in book.labels.values() if t.page == page and t.number),
+            key=lambda n: [int(x) for x in n.split(".")],
+        )
+        numbers = [m[1] for m in shown]
+        assert set(labelled) <= set(numbers), f"{page}: {labelled} not among {numbers}"
+        assert len(set(numbers)) == len(numbers), f"{page}: a number used twice: {numbers}"
+        captions += len(numbers)
+    assert captions >= 40, "the chapters' figures are captioned"
+
+
+FIGURE_NUMBER = re.compile(
+    r'<figure[^>]*\sid="(?P<id>[^"]+)"[^>]*>.*?<span class="caption-number">Fig\. (?P<n>[\d.]+) ',
+    re.S,
+)
+
+
+@pytest.mark.book
+@pytest.mark.xdist_group("book")
+def test_figure_numbers_are_those_of_the_html_book(generated, built_book):
+    """Every figure of the Colab copies has the number that the HTML book gives it."""
+    book = colab.load_book(ROOT)
+    compared = 0
+    for page in colab.chapters(book):
+        html = (built_book / f"{page}.html").read_text(encoding="utf-8")
+        in_html = {m["id"]: m["n"] for m in FIGURE_NUMBER.finditer(html)}
+        ours = {t.anchor: t.number for t in book.labels.values() if t.page == page and t.number}
+        assert ours == {anchor: in_html.get(anchor) for anchor in ours}, page
+        _, notebook = generated[page]
+        captions = [
+            re.match(r"\*\*Fig\. ([\d.]+):", text(c))[1]
+            for c in notebook["cells"]
+            if c["cell_type"] == "markdown" and text(c).startswith("**Fig. ")
+        ]
+        html_numbers = sorted(in_html.values(), key=lambda n: [int(x) for x in n.split(".")])
+        assert captions == html_numbers, f"{page}: Colab {captions}, HTML book {html_numbers}"
+        compared += len(captions)
+    assert compared >= 40
 
 
 def test_the_colab_button_is_pointed_at_the_generated_copy():

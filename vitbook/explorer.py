@@ -137,6 +137,21 @@ def _check_signature(plot_fn: Callable[..., Figure], names: list[str]) -> None:
         )
 
 
+def _describe(plot_fn: Callable[..., Figure], params: list[Param]) -> str:
+    """The alt text's start: the docstring's first line, else the name and what changes.
+
+    Example:
+        >>> _describe(lambda k: None, [Param("k", "query patch", (("0", 0), ("1", 1)), 0)])
+        'A figure for each query patch'
+    """
+    doc = (getattr(plot_fn, "__doc__", None) or "").strip()
+    if doc:
+        return doc.splitlines()[0].rstrip(".")
+    name = getattr(plot_fn, "__name__", "")
+    what = " and ".join(p.label for p in params)
+    return f"{name} for each {what}" if name.isidentifier() else f"A figure for each {what}"
+
+
 def explore(
     plot_fn: Callable[..., Figure],
     *,
@@ -156,7 +171,8 @@ def explore(
             first of a drop-down menu).
         labels: the text shown next to each control (default: the parameter name).
         description: what the figure shows, in a few words; with the values of the controls it
-            is the picture's alt text (default: the first line of ``plot_fn``'s docstring).
+            is the picture's alt text (default: the first line of ``plot_fn``'s docstring, else
+            the function's name and what the controls change).
         dpi: CSS pixels per inch of figure on the page (default 100, the house style of
             :mod:`vitbook.plotting.style`); pictures are stored at ``PNG_SCALE`` (2) times that
             and shown at their CSS size, sharp on high-DPI screens.
@@ -231,8 +247,7 @@ def explore(
             "values (every other one, say)."
         )
     if description is None:
-        doc = (getattr(plot_fn, "__doc__", None) or "").strip()
-        description = doc.splitlines()[0].rstrip(".") if doc else "A figure with controls"
+        description = _describe(plot_fn, controls)
     return Explorer(
         plot_fn,
         tuple(controls),
@@ -264,11 +279,11 @@ class Explorer:
         *,
         dpi: float,
         continuous_update: bool,
-        description: str = "A figure with controls",
+        description: str | None = None,
     ) -> None:
         self.plot_fn, self.params = plot_fn, params
         self.dpi, self.continuous_update = dpi, continuous_update
-        self.description = description
+        self.description = _describe(plot_fn, list(params)) if description is None else description
 
     def __repr__(self) -> str:
         name = getattr(self.plot_fn, "__name__", "plot_fn")

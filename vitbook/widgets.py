@@ -400,6 +400,7 @@ def axial_reach_explorer(
     gh, gw = _checks.pair("grid_size", grid_size)
 
     def plot_axial_reach(query: int) -> Figure:
+        """Which patches reach the query: full attention, a row layer, a row then a column layer"""
         return plotting.plot_axial_reach((gh, gw), query)
 
     return explore(

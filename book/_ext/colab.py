@@ -4,20 +4,28 @@ The chapters are written in MyST: ``{cite}`` and ``{doc}`` roles, ``{admonition}
 solution cells. Only the Jupyter Book build reads MyST; JupyterLab, the classic notebook and Colab
 show it as raw text. This module writes a plain copy of every chapter listed in ``_toc.yml``:
 
-- a citation becomes "(Author et al., year)", linked to the published bibliography page;
-- ``{doc}``, ``{ref}`` and ``{numref}`` become links to the published pages;
+- a citation becomes "(Author et al., year)", linked to its entry in the published
+  bibliography (the anchor that ``bibtex_cite_id`` of ``_config.yml`` gives it);
+- ``{doc}``, ``{ref}`` and ``{numref}`` become links to the published pages, ``{numref}`` with
+  the figure's number in the HTML book ("Fig. 3.2": chapter 3, its second figure);
 - an admonition (``{admonition}``, ``{note}``, ``{warning}``, ... in backtick or colon fences)
   becomes a quoted block with a bold title; ``{math}`` becomes ``$$`` maths, which is kept;
 - a solution (a code cell tagged ``hide-cell``) becomes a collapsed cell: first line
   ``#@title Solution`` and the metadata ``cellView: form`` (Colab) and
   ``jupyter.source_hidden`` (JupyterLab, Notebook);
 - a figure caption (cell metadata ``mystnb.figure.caption``) becomes a Markdown cell after the
-  figure's cell;
+  figure's cell, "**Fig. 3.2:** caption", numbered as in the HTML book;
 - every code cell is kept, in order: hidden set-up cells stay runnable and the Colab install cell
   stays first.
 
 Anything MyST that it does not know how to write in plain Markdown stops the conversion with an
 error naming the chapter, so no raw markup reaches a reader.
+
+The numbers are Sphinx's, worked out from ``_toc.yml`` (:func:`chapter_numbers`): the chapters
+of a part with ``numbered`` count up in reading order (on from one numbered part to the next
+with ``html.use_multitoc_numbering``, else afresh in each part), the pages nested under a
+chapter share its number, and figures count up within each chapter (``numfig_secnum_depth``
+1, Sphinx's default) and through the unnumbered pages together.
 
     python book/_ext/colab.py [OUT]   # default OUT: _build/colab (python3 tasks.py colab)
 
@@ -35,6 +43,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from reader import author_year  # book/_ext: one place writes a citation's authors and year
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "_build" / "colab"
@@ -104,11 +114,19 @@ def colab_url(config: dict, page: str) -> str:
     return f"{COLAB}/github/{owner}/{repo}/blob/{colab_branch(config)}/{page}.ipynb"
 
 
-def toc_pages(root: Path = ROOT) -> list[str]:
-    """Every page of ``_toc.yml`` in reading order, without suffix (``book/intro``, ...)."""
+def _read_toc(root: Path) -> dict:
     import yaml
 
-    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    return yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+
+
+def _page(entry: str) -> str:
+    return entry.removesuffix(".ipynb").removesuffix(".md")
+
+
+def toc_pages(root: Path = ROOT) -> list[str]:
+    """Every page of ``_toc.yml`` in reading order, without suffix (``book/intro``, ...)."""
+    toc = _read_toc(root)
     pages = [toc["root"]]
 
     def walk(items: list[dict]) -> None:
@@ -119,7 +137,39 @@ def toc_pages(root: Path = ROOT) -> list[str]:
                 walk(item.get(key, []))
 
     walk([{key: toc.get(key, []) for key in ("parts", "chapters")}])
-    return [page.removesuffix(".ipynb").removesuffix(".md") for page in pages]
+    return [_page(page) for page in pages]
+
+
+def chapter_numbers(root: Path = ROOT, config: dict | None = None) -> dict[str, int]:
+    """The chapter number of every numbered page of ``_toc.yml`` (``{"book/attention": 2}``).
+
+    A part is numbered when it says ``numbered`` (or ``defaults`` does); its chapters count up
+    in reading order, on from the previous numbered part when ``html.use_multitoc_numbering``
+    is set in ``_config.yml``, from 1 otherwise. Pages nested under a chapter (``sections``)
+    share its number, which is the one their figures carry. Unnumbered pages are left out.
+    """
+    toc = _read_toc(root)
+    config = read_config(root) if config is None else config
+    continuous = bool((config.get("html") or {}).get("use_multitoc_numbering"))
+    numbered_by_default = bool((toc.get("defaults") or {}).get("numbered"))
+    parts = toc.get("parts") or [{"chapters": toc.get("chapters", [])}]
+    numbers: dict[str, int] = {}
+    last = 0
+
+    def nested(item: dict) -> list[str]:
+        found = [_page(item["file"])] if "file" in item else []
+        for child in item.get("sections", []):
+            found += nested(child)
+        return found
+
+    for part in parts:
+        if not part.get("numbered", numbered_by_default):
+            continue
+        last = last if continuous else 0
+        for chapter in part.get("chapters", []):
+            last += 1
+            numbers.update((page, last) for page in nested(chapter))
+    return numbers
 
 
 # --- what the book knows: page titles, labels, bibliography ------------------------------------
@@ -149,7 +199,7 @@ class Target:
     page: str  # e.g. "book/patches"
     anchor: str  # "" for the page itself
     title: str  # what {ref} shows
-    number: str = ""  # what {numref} shows, e.g. "1" for Fig. 1
+    number: str = ""  # what {numref} shows, e.g. "3.2" for Fig. 3.2
 
 
 @dataclass
@@ -162,6 +212,13 @@ class Book:
     titles: dict[str, str] = field(default_factory=dict)
     labels: dict[str, Target] = field(default_factory=dict)
     citations: dict[str, tuple[str, str]] = field(default_factory=dict)  # key: (authors, year)
+    # Where each page's figure numbers start: (its chapter or None, figures before it there).
+    figures_before: dict[str, tuple[int | None, int]] = field(default_factory=dict)
+
+    def figure_number(self, page: str, nth: int) -> str:
+        """The number of the ``nth`` (1, 2, ...) captioned figure of ``page``: "3.2", or "5"."""
+        chapter, before = self.figures_before[page]
+        return ".".join(str(n) for n in (chapter, before + nth) if n is not None)
 
     @property
     def site(self) -> str:
@@ -177,6 +234,23 @@ class Book:
             raise ConversionError("_toc.yml needs exactly one page named bibliography")
         return self.page_url(pages[0])
 
+    def citation_url(self, key: str) -> str:
+        """The entry of ``key`` in the published bibliography (its id: ``bibtex_cite_id``)."""
+        pattern = (self.config.get("sphinx", {}).get("config") or {}).get("bibtex_cite_id")
+        if not pattern:
+            raise ConversionError(
+                "_config.yml sets no sphinx.config.bibtex_cite_id, so the bibliography's "
+                'entries have no predictable anchors; set it, e.g. "cite-{key}".'
+            )
+        anchor = make_id(pattern.format(key=key, bibliography_count=1))
+        return f"{self.bibliography_url}#{anchor}"
+
+
+def _caption_of(cell: dict) -> dict | None:
+    """A cell's ``mystnb.figure`` metadata when it has a caption (Sphinx numbers only those)."""
+    figure = cell.get("metadata", {}).get("mystnb", {}).get("figure")
+    return figure if figure and figure.get("caption") else None
+
 
 def _source_path(root: Path, page: str) -> Path:
     for suffix in (".ipynb", ".md"):
@@ -189,29 +263,14 @@ def _plain_title(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def _surname(person) -> str:
-    from pybtex.richtext import Text
-
-    return str(Text.from_latex(" ".join(person.prelast_names + person.last_names)))
-
-
 def read_bibliography(paths: list[Path]) -> dict[str, tuple[str, str]]:
+    """``{key: (authors, year)}`` of every entry, as the book cites it (``reader.author_year``)."""
     from pybtex.database import parse_file
 
     found = {}
     for path in paths:
         for key, entry in parse_file(str(path)).entries.items():
-            people = entry.persons.get("author") or entry.persons.get("editor") or []
-            names = [_surname(person) for person in people]
-            if not names:
-                authors = entry.fields.get("organization", key)
-            elif len(names) == 1:
-                authors = names[0]
-            elif len(names) == 2:
-                authors = f"{names[0]} and {names[1]}"
-            else:
-                authors = f"{names[0]} et al."
-            found[key] = (authors, entry.fields.get("year", "n.d."))
+            found[key] = author_year(entry)
     return found
 
 
@@ -245,10 +304,19 @@ BOXED_TARGET = re.compile(
 def load_book(root: Path = ROOT) -> Book:
     config = read_config(root)
     book = Book(root=root, config=config, pages=toc_pages(root))
+    depth = (config.get("sphinx", {}).get("config") or {}).get("numfig_secnum_depth", 1)
+    if depth not in (0, 1):
+        raise ConversionError(
+            f"numfig_secnum_depth={depth!r} in _config.yml: the Colab copies number figures "
+            "per chapter (1) or through the book (0); teach book/_ext/colab.py the new scheme."
+        )
+    chapters = chapter_numbers(root, config) if depth else {}
+    counters: dict[int | None, int] = {}  # figures so far, per chapter (None: unnumbered pages)
     for page in book.pages:
         path = _source_path(root, page)
         label: str | None = None
-        figures = 0
+        chapter = chapters.get(page)
+        book.figures_before[page] = (chapter, counters.get(chapter, 0))
         for text in _markdown_of(path):
             for line in prose_lines(text.splitlines()):
                 heading = HEADING.match(line)
@@ -269,15 +337,19 @@ def load_book(root: Path = ROOT) -> Book:
                     page, make_id(boxed["label"]), _plain_title(title)
                 )
         if path.suffix == ".ipynb":
+            figures = 0
             for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-                figure = cell.get("metadata", {}).get("mystnb", {}).get("figure")
-                if figure:
-                    figures += 1
-                    if figure.get("name"):
-                        caption = _plain_title(str(figure.get("caption", "")))
-                        book.labels[figure["name"]] = Target(
-                            page, make_id(figure["name"]), caption, str(figures)
-                        )
+                figure = _caption_of(cell)
+                if figure is None:
+                    continue
+                figures += 1
+                number = book.figure_number(page, figures)
+                counters[chapter] = counters.get(chapter, 0) + 1
+                if figure.get("name"):
+                    caption = _plain_title(str(figure["caption"]))
+                    book.labels[figure["name"]] = Target(
+                        page, make_id(figure["name"]), caption, number
+                    )
         if page not in book.titles:
             raise ConversionError(f"{path.name} has no top-level '# ' title")
     bibfiles = [root / name for name in config.get("bibtex_bibfiles", [])]
@@ -341,15 +413,15 @@ class Chapter:
         unknown = [key for key in keys if key not in self.book.citations]
         if unknown:
             raise self.fail(f"a citation of {unknown}, not in the bibliography,")
-        url = self.book.bibliography_url
-        entries = [self.book.citations[key] for key in keys]
+        entries = [(*self.book.citations[key], self.book.citation_url(key)) for key in keys]
         if name in ("cite:t", "cite:ts"):
-            return ", ".join(f"[{authors} ({year})]({url})" for authors, year in entries)
+            return ", ".join(f"[{authors} ({year})]({url})" for authors, year, url in entries)
         if name == "cite:author":
-            return ", ".join(f"[{authors}]({url})" for authors, _ in entries)
+            return ", ".join(f"[{authors}]({url})" for authors, _, url in entries)
         if name == "cite:year":
-            return ", ".join(f"[{year}]({url})" for _, year in entries)
-        return "(" + "; ".join(f"[{authors}, {year}]({url})" for authors, year in entries) + ")"
+            return ", ".join(f"[{year}]({url})" for _, year, url in entries)
+        cited = "; ".join(f"[{authors}, {year}]({url})" for authors, year, url in entries)
+        return f"({cited})"
 
     def inline(self, line: str) -> str:
         """Roles of one line of prose written out; code spans left exactly as they are."""
@@ -446,6 +518,7 @@ def convert_notebook(book: Book, page: str, notebook: dict | None = None) -> dic
     notebook = copy.deepcopy(notebook)
     chapter = Chapter(book, page)
     cells = []
+    figures = 0
     for cell in notebook["cells"]:
         cell = copy.deepcopy(cell)
         meta = cell.setdefault("metadata", {})
@@ -470,10 +543,12 @@ def convert_notebook(book: Book, page: str, notebook: dict | None = None) -> dic
         cell["source"] = source
         cell["outputs"], cell["execution_count"] = [], None
         cells.append(cell)
-        caption = meta.get("mystnb", {}).get("figure", {}).get("caption")
-        if caption:
-            text = chapter.markdown(str(caption))
-            figure_cell = {"cell_type": "markdown", "metadata": {}, "source": f"**Figure:** {text}"}
+        figure = _caption_of(cell)
+        if figure is not None:
+            figures += 1
+            text = chapter.markdown(str(figure["caption"]))
+            source = f"**Fig. {book.figure_number(page, figures)}:** {text}"
+            figure_cell = {"cell_type": "markdown", "metadata": {}, "source": source}
             if "id" in cell:
                 figure_cell["id"] = f"{cell['id']}-caption"[:64]
             cells.append(figure_cell)

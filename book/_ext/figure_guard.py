@@ -7,21 +7,20 @@ Two parts:
   inline backend, and ``plt.show()`` then puts nothing into the notebook. So the variable is
   removed from the build's environment when the extension loads (each chapter also selects
   the inline backend itself, through ``vitbook.plotting.use_book_style()``).
-- Pictures keep their aspect ratio in a column narrower than they were drawn for:
-  ``book/_static/vitbook.css`` lets their height follow their width.
 - A guard: a code cell that draws a figure but shows no picture is a warning, which fails the
   strict build, naming the notebook and the cell. A cell draws a figure when it carries a figure
   caption (``mystnb.figure`` metadata), calls ``plt.show()``, prints a figure's text form
   (``<Figure size 640x480 with 1 Axes>``) or gets matplotlib's "cannot be shown" warning. A
   picture is an image output or an interactive figure's HTML (which holds its frames as images,
   or canvases that its script draws on, as the digit playground).
+
+How the pictures are shown on the page (narrow columns too) is ``book/_ext/reader.py``'s part.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from docutils import nodes
 from sphinx.application import Sphinx
@@ -32,7 +31,6 @@ logger = logging.getLogger(__name__)
 FIGURE_TEXT = re.compile(r"<Figure size \d+(\.\d+)?x\d+(\.\d+)? with \d+ Axes>")
 CANNOT_SHOW = "non-interactive, and thus cannot be shown"
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/svg+xml", "image/gif"}
-STATIC = Path(__file__).resolve().parents[1] / "_static"  # book/_static: the book's stylesheet
 
 
 def figure_problem(source: str, metadata: dict, outputs: list[dict[str, str]]) -> str | None:
@@ -101,14 +99,8 @@ def check_figures(app: Sphinx, doctree: nodes.document) -> None:
             )
 
 
-def add_stylesheet(app: Sphinx) -> None:
-    app.config.html_static_path.append(str(STATIC))
-    app.add_css_file("vitbook.css")
-
-
 def setup(app: Sphinx) -> dict:
     # Before any kernel starts: kernels inherit this process's environment.
     os.environ.pop("MPLBACKEND", None)
-    app.connect("builder-inited", add_stylesheet)
     app.connect("doctree-read", check_figures)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
