@@ -3,7 +3,9 @@
 Modules, in the order of the chapters: :mod:`vitbook.patches`, :mod:`vitbook.positional`,
 :mod:`vitbook.attention`, :mod:`vitbook.encoder`, :mod:`vitbook.vit`, :mod:`vitbook.axial`.
 Helpers, imported on demand: :mod:`vitbook.data` (sample photos and digits, offline),
-:mod:`vitbook.train`, :mod:`vitbook.analysis`, :mod:`vitbook.pretrained` (the shipped digits models
+:mod:`vitbook.train` (the training loop, mixed precision, torchrun), :mod:`vitbook.augment`
+(per-image augmentation on the device), :mod:`vitbook.cifar` (CIFAR-10 and its offline stand-in),
+:mod:`vitbook.ladder` (the photo chapter's recorded runs), :mod:`vitbook.analysis`, :mod:`vitbook.pretrained` (the shipped digits models
 and Hugging Face checkpoints), :mod:`vitbook.checkpoints` (saving and loading vitbook model
 files), :mod:`vitbook.baselines` (a CNN for the digits), :mod:`vitbook.experiments` (the measured
 experiments shipped with the package), :mod:`vitbook.convert` (timm and Hugging Face state dicts),
