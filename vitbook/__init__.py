@@ -5,9 +5,10 @@ Modules, in the order of the chapters: :mod:`vitbook.patches`, :mod:`vitbook.pos
 Helpers, imported on demand: :mod:`vitbook.data` (sample photos and digits, offline),
 :mod:`vitbook.train` (the training loop, mixed precision, torchrun), :mod:`vitbook.augment`
 (per-image augmentation on the device), :mod:`vitbook.cifar` (CIFAR-10 and its offline stand-in),
-:mod:`vitbook.ladder` (the photo chapter's recorded runs), :mod:`vitbook.analysis`, :mod:`vitbook.pretrained` (the shipped digits models
-and Hugging Face checkpoints), :mod:`vitbook.checkpoints` (saving and loading vitbook model
-files), :mod:`vitbook.baselines` (a CNN for the digits), :mod:`vitbook.experiments` (the measured
+:mod:`vitbook.ladder` (the photo chapter's recorded runs), :mod:`vitbook.analysis`,
+:mod:`vitbook.pretrained` (the shipped digits models and Hugging Face checkpoints),
+:mod:`vitbook.checkpoints` (saving and loading vitbook model files), :mod:`vitbook.baselines`
+(CNNs for the digits and for photos), :mod:`vitbook.experiments` (the measured
 experiments shipped with the package), :mod:`vitbook.convert` (timm and Hugging Face state dicts),
 :mod:`vitbook.plotting` (matplotlib figures) and :mod:`vitbook.widgets` (interactive figures).
 Importing vitbook has no side effects and imports no optional dependency.
