@@ -31,7 +31,8 @@ def plot_attention_map(
     """Where one query patch looks: its attention weights over the patches, beside the image.
 
     Args:
-        image: (C, H, W) float in [0, 1], the image the model saw.
+        image: (C, H, W) float in [0, 1], the image the model saw; one channel is drawn as ink
+            on paper (0 white, 1 black), as the digits are in every figure.
         weights: (Gh, Gw) attention weights of the query over the patch keys (one row of a
             (N, N) attention matrix, class-token column dropped, reshaped to the grid).
         query: the query's patch index, outlined on both panels.
