@@ -1,6 +1,6 @@
 """Figures of attention: where one query looks, and which patches reach it.
 
-See chapter: Attention.
+See chapters: Multi-head attention; Positional encodings; The cost of attention and axial attention.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def plot_attention_map(
         >>> len(fig.axes)  # image, map, colour bar
         3
 
-    See chapter: Attention.
+    See chapter: Multi-head attention.
     """
     pixels = image_array("image", image)
     weights = _checks.tensor("weights", weights, 2, "(Gh, Gw)").detach().float().cpu()
