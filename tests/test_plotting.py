@@ -114,6 +114,24 @@ def test_attention_map_shows_the_weights_on_the_grid():
         plot_attention_map(torch.rand(3, 12, 16), weights, 0)
 
 
+def test_one_channel_images_are_ink_on_paper_in_every_attention_figure():
+    # A digit is drawn the same way beside a map of one head, of every layer and of the rollout:
+    # 0 is white paper, 1 black ink (the explorer of one head once drew it white on black).
+    digit = torch.zeros(1, GH * 2, GW * 2)
+    digit[0, :2, :2] = 1.0  # ink in patch 0 only
+    maps = torch.softmax(torch.randn(2, GH * GW), -1).reshape(2, GH, GW)
+    figures = {
+        "plot_attention_map": plot_attention_map(digit, maps[0], 7),
+        "plot_layer_attention": plot_layer_attention(digit, maps, 7),
+        "plot_rollout_maps": plot_rollout_maps(torch.stack([digit, digit]), maps, maps, 7),
+    }
+    for name, fig in figures.items():
+        picture = fig.axes[0].images[0]
+        rgb = picture.to_rgba(picture.get_array())[..., :3]
+        np.testing.assert_allclose(rgb[0, 0], [0, 0, 0], err_msg=f"{name}: ink is not black")
+        np.testing.assert_allclose(rgb[-1, -1], [1, 1, 1], err_msg=f"{name}: paper is not white")
+
+
 def test_axial_reach_counts_full_row_and_two_hop_reach():
     query = 7
     fig = plot_axial_reach((GH, GW), query)

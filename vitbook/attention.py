@@ -5,15 +5,17 @@ of the value vectors, with weights from how well its query matches each key j.
 
 Two implementations sit side by side. :func:`scaled_dot_product_attention` is written out step by
 step and returns the weights; ``impl="sdpa"`` calls PyTorch's fused
-``torch.nn.functional.scaled_dot_product_attention``, which is faster but never materialises the
-weights. Modules choose with an explicit ``impl`` argument (shown in their ``repr``), and
-``forward_with_weights`` always takes the explicit path, so weights never need hooks or flags.
+``torch.nn.functional.scaled_dot_product_attention``, which is faster and returns only the
+output: its flash and memory-efficient backends never materialise the weights, its math backend
+(the fallback for inputs the others do not take) computes them and keeps them to itself. Modules
+choose with an explicit ``impl`` argument (shown in their ``repr``), and ``forward_with_weights``
+always takes the explicit path, so weights never need hooks or flags.
 
 Masks follow PyTorch's convention: a boolean mask is True where attention is allowed; a float
 mask is added to the logits (a relative position bias is such a mask). An integer mask is refused:
 a 0/1 mask added to the logits would not mask anything.
 
-See chapter: Attention.
+See chapters: Attention (one head, masks) and Multi-head attention.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class MultiHeadSelfAttention(nn.Module):
         >>> out.shape, weights.shape
         (torch.Size([2, 7, 12]), torch.Size([2, 3, 7, 7]))
 
-    See chapter: Attention.
+    See chapter: Multi-head attention.
     """
 
     def __init__(

@@ -25,8 +25,10 @@ Stacking works because both split heads the same way: head h owns output rows
 the names above; both are accepted. A ``ViTModel`` state dict has no ``vit.`` prefix and no
 classifier (then ``num_classes=0``).
 
-The two libraries also differ in one number: LayerNorm's epsilon is 1e-6 in timm and 1e-12 in
-Hugging Face's ViT config; it becomes ``ViTConfig.norm_eps``.
+The two libraries also differ in one number: LayerNorm's epsilon is 1e-6 in timm (the value the
+released weights were trained with, Flax's default) and 1e-12 in Hugging Face's ViT config; the
+config's value becomes ``ViTConfig.norm_eps``, so the converted model computes what Hugging Face's
+does.
 
 Nothing is dropped or invented: a key the model has no place for, a parameter the state dict lacks,
 or a shape that does not fit raises a ``ValueError`` that names every such key.

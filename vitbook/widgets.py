@@ -332,7 +332,7 @@ def attention_explorer(
         >>> attention_explorer(VisionTransformer(cfg), torch.rand(3, 32, 32), queries=[0, 5])
         Explorer(plot_attention; layer: 2 values, head: 3 values, query: 2 values; 12 frames)
 
-    See chapter: Attention.
+    See chapter: Multi-head attention.
     """
     cfg = getattr(model, "config", None)
     if cfg is None or not hasattr(model, "forward_with_attention"):

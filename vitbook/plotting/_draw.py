@@ -17,7 +17,15 @@ def image_array(name: str, image: object) -> np.ndarray:
 
 
 def show_pixels(ax, pixels: np.ndarray) -> None:
-    ax.imshow(pixels, cmap="gray" if pixels.ndim == 2 else None, interpolation="nearest")
+    """Show an array from :func:`image_array`; one channel is ink on paper (0 white, 1 black).
+
+    The same convention as the digits everywhere else in the book, so a grey image never turns
+    into white on black from one figure to the next.
+    """
+    if pixels.ndim == 2:
+        ax.imshow(pixels, cmap="gray_r", vmin=0, vmax=1, interpolation="nearest")
+    else:
+        ax.imshow(pixels, interpolation="nearest")
 
 
 def patch_box(ax, k: int, gw: int, size: int = 1, **style) -> None:

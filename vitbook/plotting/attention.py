@@ -1,6 +1,6 @@
 """Figures of attention: where one query looks, and which patches reach it.
 
-See chapter: Attention.
+See chapters: Multi-head attention; Positional encodings; The cost of attention and axial attention.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def plot_attention_map(
     """Where one query patch looks: its attention weights over the patches, beside the image.
 
     Args:
-        image: (C, H, W) float in [0, 1], the image the model saw.
+        image: (C, H, W) float in [0, 1], the image the model saw; one channel is drawn as ink
+            on paper (0 white, 1 black), as the digits are in every figure.
         weights: (Gh, Gw) attention weights of the query over the patch keys (one row of a
             (N, N) attention matrix, class-token column dropped, reshaped to the grid).
         query: the query's patch index, outlined on both panels.
@@ -46,7 +47,7 @@ def plot_attention_map(
         >>> len(fig.axes)  # image, map, colour bar
         3
 
-    See chapter: Attention.
+    See chapter: Multi-head attention.
     """
     pixels = image_array("image", image)
     weights = _checks.tensor("weights", weights, 2, "(Gh, Gw)").detach().float().cpu()

@@ -3,7 +3,7 @@
 Attention's output for a token is a weighted average of values. With colours as the values the
 average can be seen: these figures show the weights beside the colours they blend.
 
-See chapter: Attention.
+See chapters: Attention; Multi-head attention.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def plot_head_outputs(
         >>> [ax.get_title() for ax in fig.axes[:3]]
         ['the values: patch colours', 'head 0', 'all weights']
 
-    See chapter: Attention.
+    See chapter: Multi-head attention.
     """
     gh, gw = _checks.pair("grid_size", grid_size)
     n = gh * gw
