@@ -85,7 +85,8 @@ def test_labels_of_a_generic_module_are_checked_against_its_logits_before_any_st
     with pytest.raises(ValueError, match=r"labels hold \[7\], outside the class indices 0 \.\. 2"):
         fit(model, with_label(7), epochs=1, progress=False)
     assert_bit_identical(model, before)
-    with pytest.raises(ValueError, match=r"the model must return \(B, K\) logits, got \(8, 4, 4\)"):
+    message = r"the model must return \(B, n_cls\) logits, got \(8, 4, 4\)"
+    with pytest.raises(ValueError, match=message):
         fit(nn.Sequential(nn.Linear(4, 4), nn.Flatten(0, 1)), data(), epochs=1, progress=False)
 
 

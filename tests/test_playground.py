@@ -272,7 +272,7 @@ def test_weights_with_nan_are_refused():
     ("examples", "error", "message"),
     [
         ("digits", TypeError, "a pair"),
-        ((torch.zeros(2, 8, 8), torch.zeros(2, dtype=torch.long)), ValueError, r"\(K, 1, 8, 8\)"),
+        ((torch.zeros(2, 8, 8), torch.zeros(2, dtype=torch.long)), ValueError, r"\(E, 1, 8, 8\)"),
         ((torch.zeros(21, 1, 8, 8), torch.zeros(21, dtype=torch.long)), ValueError, "1 to 20"),
         ((torch.full((2, 1, 8, 8), 16.0), torch.zeros(2, dtype=torch.long)), ValueError, "ink"),
         ((torch.zeros(2, 1, 8, 8), torch.tensor([3, 10])), ValueError, "0 .. 9"),

@@ -340,7 +340,7 @@ def mask(value: object, logits_shape: tuple[int, ...], q: torch.Tensor) -> None:
 def labelled_data(
     name: str, data: object, num_classes: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check an ``(images, labels)`` pair: (B, ...) finite float images, (B,) labels 0 .. K-1."""
+    """Check an ``(images, labels)`` pair: (B, ...) finite float images, (B,) labels < n_cls."""
     if not (isinstance(data, tuple | list) and len(data) == 2):
         raise TypeError(
             f"{name} must be a pair (images, labels) of tensors, got {type(data).__name__}; "
@@ -369,10 +369,10 @@ def labelled_data(
 
 
 def labels(name: str, value: torch.Tensor, num_classes: int | None) -> None:
-    """Labels are class indices 0 .. K-1 (K unknown: only the lower bound is checked)."""
+    """Labels are class indices 0 .. n_cls-1 (n_cls unknown: only the lower bound is checked)."""
     low, high = value.min().item(), value.max().item()
     if low < 0 or (num_classes is not None and high >= num_classes):
-        classes = "0 .. K-1" if num_classes is None else f"0 .. {num_classes - 1}"
+        classes = "0 .. n_cls-1" if num_classes is None else f"0 .. {num_classes - 1}"
         wrong = value[(value < 0) | (value >= (num_classes or high + 1))].unique()[:5].tolist()
         raise ValueError(
             f"{name} hold {wrong}, outside the class indices {classes}; map each class to an index "
@@ -381,12 +381,12 @@ def labels(name: str, value: torch.Tensor, num_classes: int | None) -> None:
 
 
 def logits(value: torch.Tensor, targets: torch.Tensor) -> None:
-    """The model's first output: (B, K) logits with K above every label."""
+    """The model's first output: (B, n_cls) logits with n_cls above every label."""
     if not isinstance(value, torch.Tensor) or value.ndim != 2:
         raise ValueError(
-            f"the model must return (B, K) logits, got "
+            f"the model must return (B, n_cls) logits, got "
             f"{tuple(getattr(value, 'shape', ())) or type(value).__name__}; end it with a "
-            "Linear layer to K classes."
+            "Linear layer to n_cls classes."
         )
     labels("labels", targets, value.shape[1])
 

@@ -319,7 +319,7 @@ def patch_embedding_components(
     """Principal components of the patch-embedding filters (ViT paper, Figure 7 left).
 
     The D filters of ``patch_embed.proj.weight`` are flattened in ``(c ph pw)`` order to a
-    (D, C * P * P) matrix, centred over D, and decomposed by SVD, ``X = U S V^T``. The top K
+    (D, C * P * P) matrix, centred over D, and decomposed by SVD, ``X = U S V^T``. The top r
     right singular vectors are the components, each reshaped to a (C, P, P) filter; the explained
     variance ratio of component k is ``S_k^2 / sum(S^2)``. Signs are fixed as in scikit-learn:
     each component's largest-magnitude entry is positive. Centring leaves rank at most D - 1, so
@@ -327,14 +327,14 @@ def patch_embedding_components(
 
     Args:
         weight: (D, C, P, P), the patch-embedding convolution's weight.
-        num_components: K, at most min(D, C * P * P); the paper shows 28.
+        num_components: r, at most min(D, C * P * P); the paper shows 28.
 
     Returns:
-        ``(components, ratios)``: (K, C, P, P) orthonormal filters, and (K,) explained variance
+        ``(components, ratios)``: (r, C, P, P) orthonormal filters, and (r,) explained variance
         ratios, sorted in decreasing order, summing to at most 1.
 
     Raises:
-        TypeError / ValueError: ``weight`` is not a 4-D float tensor of finite values, or K is
+        TypeError / ValueError: ``weight`` is not a 4-D float tensor of finite values, or r is
             not a positive int or exceeds min(D, C * P * P).
 
     Example:
@@ -363,8 +363,8 @@ def patch_embedding_components(
     _, singular_values, vh = torch.linalg.svd(centred, full_matrices=False)  # vh: (min, C*P*P)
     variance = singular_values.pow(2)
     ratios = variance / variance.sum().clamp_min(torch.finfo(variance.dtype).tiny)
-    top = vh[:k]  # (K, C*P*P)
+    top = vh[:k]  # (r, C*P*P)
     # SVD signs are arbitrary: flip each component so that its largest-magnitude entry is > 0.
-    top = top * top.gather(1, top.abs().argmax(dim=1, keepdim=True)).sign()  # (K, C*P*P)
+    top = top * top.gather(1, top.abs().argmax(dim=1, keepdim=True)).sign()  # (r, C*P*P)
     components = rearrange(top, "k (c ph pw) -> k c ph pw", c=c, ph=ph, pw=pw)
     return components, ratios[:k]

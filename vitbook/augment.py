@@ -6,7 +6,7 @@ image gets its own random draws; the work is a fixed number of tensor operations
 (no Python loop over the batch); no value is read back to the host (no ``.item()``, no
 boolean-mask indexing), so the GPU need not wait; the same generator state gives the same batch.
 A batch mix ``mix(images, labels, generator) -> (images, targets)`` also returns soft targets
-``(B, K)`` for ``F.cross_entropy``. Ops run in float32 and return the input's dtype. Call them
+``(B, n_cls)`` for ``F.cross_entropy``. Ops run in float32 and return the input's dtype. Call them
 outside ``torch.compile``, which cannot trace a ``torch.Generator`` argument (``apply_ops``,
 which takes none, compiles without graph breaks).
 
@@ -336,18 +336,18 @@ def mixup_cutmix(
     image ``B - 1 - b`` (the batch flipped). MixUp returns ``lam x + (1 - lam) x_flipped``;
     CutMix pastes a box of about ``(1 - lam) H W`` pixels from the partner, centred uniformly and
     clipped at the edges, and sets ``lam`` to the share of pixels kept. The targets are
-    ``lam y + (1 - lam) y_flipped``, where ``y`` is one-hot, smoothed to ``1 - s + s / K`` and
-    ``s / K``. Every draw stays on the device: no host sync.
+    ``lam y + (1 - lam) y_flipped``, where ``y`` is one-hot, smoothed to ``1 - s + s / n_cls`` and
+    ``s / n_cls``. Every draw stays on the device: no host sync.
 
     Args:
-        n_cls: number of classes K.
+        n_cls: number of classes.
         mixup_alpha: Beta parameter of MixUp; 0 turns MixUp off.
         cutmix_alpha: Beta parameter of CutMix; 0 turns CutMix off.
         switch_prob: probability of CutMix when both are on.
         label_smoothing: s in [0, 1).
 
     Returns:
-        ``mix(images (B, C, H, W), labels (B,) int64, generator) -> (images, targets (B, K))``.
+        ``mix(images (B, C, H, W), labels (B,) int64, generator) -> (images, targets (B, n_cls))``.
 
     Raises:
         TypeError / ValueError: for arguments out of range, or both alphas 0.
@@ -418,7 +418,7 @@ def mixup_cutmix(
         mixed = torch.where(use_cutmix, cut, blend)
         lam = torch.where(use_cutmix, kept, lam_mixup).float()
         classes = torch.arange(n_cls, device=device)
-        onehot = off + (on - off) * (labels[:, None] == classes).float()  # (B, K), smoothed
+        onehot = off + (on - off) * (labels[:, None] == classes).float()  # (B, n_cls), smoothed
         return mixed, lam * onehot + (1 - lam) * onehot.flip(0)
 
     return mix

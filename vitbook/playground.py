@@ -205,8 +205,8 @@ def digit_playground(
     Args:
         model: a :class:`vitbook.VisionTransformer` for 8 x 8 one-channel digits with 10
             classes, such as :func:`vitbook.pretrained.load_digits_vit` (either variant).
-        examples: ``(images, labels)`` that "load a test digit" offers: images (K, 1, 8, 8)
-            in [0, 1], labels (K,) in 0 .. 9, 1 <= K <= 20. Defaults to the first test digit
+        examples: ``(images, labels)`` that "load a test digit" offers: images (E, 1, 8, 8)
+            in [0, 1], labels (E,) in 0 .. 9, 1 <= E <= 20. Defaults to the first test digit
             of each class of :func:`vitbook.data.load_digits_split` (whose pixels are ink / 16,
             so they load exactly).
 
@@ -215,7 +215,7 @@ def digit_playground(
 
     Raises:
         TypeError / ValueError: a model that :func:`export_weights` refuses; examples that are
-            not (K, 1, 8, 8) images in [0, 1] with K labels in 0 .. 9.
+            not (E, 1, 8, 8) images in [0, 1] with E labels in 0 .. 9.
 
     Example:
         >>> from vitbook.pretrained import load_digits_vit
@@ -284,13 +284,13 @@ def _check_examples(examples: object) -> tuple[torch.Tensor, torch.Tensor]:
         )
     images, labels = examples
     if not isinstance(images, torch.Tensor) or not isinstance(labels, torch.Tensor):
-        raise TypeError("examples must be two tensors: images (K, 1, 8, 8) and labels (K,).")
+        raise TypeError("examples must be two tensors: images (E, 1, 8, 8) and labels (E,).")
     images = images.detach().float().cpu()
     k = images.shape[0] if images.ndim == 4 else -1
     if images.shape[1:] != (1, *IMG_SIZE) or not 1 <= k <= 20 or labels.shape != (k,):
         raise ValueError(
             f"examples have images of shape {tuple(images.shape)} and labels of shape "
-            f"{tuple(labels.shape)}; pass 1 to 20 images (K, 1, 8, 8) and K labels (K,)."
+            f"{tuple(labels.shape)}; pass 1 to 20 images (E, 1, 8, 8) and E labels (E,)."
         )
     if not bool(((images >= 0) & (images <= 1)).all()):
         raise ValueError(

@@ -82,12 +82,12 @@ class History:
 
 
 def _num_classes(model: nn.Module) -> int | None:
-    """K from a vitbook model's config, or None for another module (read from its logits)."""
+    """n_cls from a vitbook model's config, or None for another module (read from its logits)."""
     num_classes = getattr(getattr(model, "config", None), "num_classes", None)
     if num_classes == 0:
         raise ValueError(
             "the model has num_classes=0, so no classification head; build it with "
-            "num_classes=K to train or evaluate a classifier."
+            "num_classes=n_cls to train or evaluate a classifier."
         )
     return num_classes if isinstance(num_classes, int) else None
 

@@ -208,7 +208,7 @@ class ViTConfig:
             each of L blocks  12 D^2 + 13 D       (for a 4x MLP with biases; in general
                               4 D + (3 D^2 + 3 D) + (D^2 + D) + (2 D H + H + D), H = hidden width)
             final LayerNorm   2 D
-            head              D K + K             (K = num_classes > 0)
+            head              D n_cls + n_cls     (n_cls = num_classes > 0)
         """
         d, h, k = self.embed_dim, self.mlp_hidden_dim, self.num_classes
         patch = self.in_chans * self.patch_size**2 * d + d
@@ -338,9 +338,10 @@ class VisionTransformer(nn.Module):
         """Replace the head by a new one for ``num_classes`` classes, zero-initialised.
 
         For fine-tuning, as the ViT paper does (Section 3.2: "we remove the pre-trained
-        prediction head and attach a zero-initialized D x K feedforward layer"); timm's method of
-        the same name initialises the new head at random instead. ``config.num_classes`` follows;
-        ``num_classes=0`` removes the head (the model then returns features).
+        prediction head and attach a zero-initialized D x K feedforward layer", K = n_cls);
+        timm's method of the same name initialises the new head at random instead.
+        ``config.num_classes`` follows; ``num_classes=0`` removes the head (the model then
+        returns features).
 
         Example:
             >>> model = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=1,

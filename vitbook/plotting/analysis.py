@@ -172,8 +172,8 @@ def plot_filter_components(
     """The principal components of the patch-embedding filters, each titled with its share.
 
     Args:
-        components: (K, C, P, P) from :func:`vitbook.analysis.patch_embedding_components`.
-        ratios: (K,) the share of the variance each component explains.
+        components: (r, C, P, P) from :func:`vitbook.analysis.patch_embedding_components`.
+        ratios: (r,) the share of the variance each component explains.
         columns: components per row.
         title: a title over the whole figure.
 
@@ -188,7 +188,7 @@ def plot_filter_components(
 
     See chapter: Inside a trained ViT.
     """
-    components = _checks.tensor("components", components, 4, "(K, C, P, P)")
+    components = _checks.tensor("components", components, 4, "(r, C, P, P)")
     components = components.detach().float().cpu()
     count = len(components)
     columns = min(count, columns)

@@ -186,7 +186,7 @@ def plot_gradient_through_depth(
     exactly 0 are marked with crosses along the bottom.
 
     Args:
-        residual: gradient norms at the input of branch 0 .. K (K = the output), z + F(z).
+        residual: gradient norms at the input of branch 0 .. L (L = the output), z + F(z).
         plain: the same without residual connections, z = F(z); as long as ``residual``.
         title: what the stack is.
 

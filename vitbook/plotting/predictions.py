@@ -29,8 +29,8 @@ def plot_top_classes(
     Args:
         pictures: (B, C, H, W) floats in [0, 1].
         captions: one title per picture.
-        probabilities: (B, K) the probabilities of each picture's top K classes, sorted.
-        names: for each picture, the names of its top K classes, in the same order.
+        probabilities: (B, k) the probabilities of each picture's top k classes, sorted.
+        names: for each picture, the names of its top k classes, in the same order.
 
     Returns:
         The figure, one row per picture; every bar chart runs from 0 to 1.
@@ -46,7 +46,7 @@ def plot_top_classes(
     See chapter: A pretrained ViT.
     """
     pictures = _checks.tensor("pictures", pictures, 4, "(B, C, H, W)")
-    probabilities = _checks.tensor("probabilities", probabilities, 2, "(B, K)").detach().cpu()
+    probabilities = _checks.tensor("probabilities", probabilities, 2, "(B, k)").detach().cpu()
     count, k = probabilities.shape
     if not len(pictures) == len(captions) == len(names) == count:
         raise ValueError(

@@ -56,7 +56,7 @@ def plot_digits_by_class(
 
     Args:
         images: (B, 1, H, W) digits in [0, 1].
-        labels: (B,) their classes, 0 .. K - 1; every class needs ``per_class`` images.
+        labels: (B,) their classes, 0 .. n_cls - 1; every class needs ``per_class`` images.
         per_class: the rows.
         title: a title above the columns' class labels.
 
@@ -182,7 +182,7 @@ def plot_predictions(
     Args:
         images: (B, 1, H, W) digits in [0, 1].
         labels: (B,) true classes.
-        probabilities: (B, K) predicted probabilities.
+        probabilities: (B, n_cls) predicted probabilities.
         count, columns: how many images, in rows of ``columns``.
 
     Example:
@@ -195,7 +195,7 @@ def plot_predictions(
     See chapter: Training and classification.
     """
     images, labels = _digits("images", images, labels)
-    probabilities = _checks.tensor("probabilities", probabilities, 2, "(B, K)")
+    probabilities = _checks.tensor("probabilities", probabilities, 2, "(B, n_cls)")
     count = min(count, len(images))
     rows = -(-count // columns)
     height = 0.95 * rows + 0.1
@@ -239,7 +239,7 @@ def plot_confusion(
     show next to diagonals of 40 and more); every nonzero count is written in its cell.
 
     Args:
-        confusion: (K, K) counts, row = true class, column = predicted class.
+        confusion: (n_cls, n_cls) counts, row = true class, column = predicted class.
         images: (B, 1, H, W) the images that were classified.
         labels, predicted: (B,) their true and predicted classes.
         columns: the misclassified images are drawn in rows of this many.
@@ -255,7 +255,7 @@ def plot_confusion(
     """
     from matplotlib.colors import PowerNorm
 
-    confusion = _classes("confusion", confusion, 2, "(K, K)")
+    confusion = _classes("confusion", confusion, 2, "(n_cls, n_cls)")
     images, labels = _digits("images", images, labels)
     wrong = (predicted != labels).nonzero().squeeze(1).tolist()
     fig = new_figure(6.8, 3.7)
