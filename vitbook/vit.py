@@ -33,7 +33,8 @@ __all__ = ["PRESETS", "ViTConfig", "VisionTransformer"]
 POS_EMBEDS = ("learned", "sincos2d", "none", "relative")
 POOLS = ("cls", "mean")
 
-# ViT paper, Table 1: (embed_dim, depth, num_heads); the MLP is 4x wider in every size.
+# ViT paper, Table 1 (Base, Large, Huge) and DeiT's Tiny and Small, under timm's names:
+# (embed_dim, depth, num_heads); the MLP is 4x wider in every size.
 PRESETS: dict[str, dict[str, int]] = {
     "ViT-Ti/16": {"patch_size": 16, "embed_dim": 192, "depth": 12, "num_heads": 3},
     "ViT-S/16": {"patch_size": 16, "embed_dim": 384, "depth": 12, "num_heads": 6},
@@ -141,7 +142,10 @@ class ViTConfig:
 
     @classmethod
     def from_name(cls, name: str, **overrides: object) -> ViTConfig:
-        """A preset from the ViT paper's Table 1 (224 px, 1000 classes), with optional overrides.
+        """A preset by name (224 px, 1000 classes), with optional overrides.
+
+        ViT-B, ViT-L and ViT-H are the sizes of the ViT paper's Table 1; ViT-Ti/16 and ViT-S/16
+        are not in it: they are the Tiny and Small models of DeiT, under timm's names.
 
         Example:
             >>> cfg = ViTConfig.from_name("ViT-Ti/16", num_classes=10)
