@@ -9,7 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from booktools import ROOT, book_sources, kernel_env, source_files, tail, toc_entries, toc_notebooks
+from booktools import (
+    ROOT,
+    book_sources,
+    kernel_env,
+    read_yaml,
+    source_files,
+    tail,
+    toc_entries,
+    toc_notebooks,
+)
 
 NOTEBOOKS = [path for path in book_sources() if path.suffix == ".ipynb"]
 COLAB_INSTALL = re.compile(
@@ -18,6 +27,12 @@ COLAB_INSTALL = re.compile(
 )
 FENCE = re.compile(r"^\s*(```|~~~|:::)")
 CELL_TIMEOUT_S = 120  # the same per-cell limit as execute.timeout in _config.yml
+# The part of _toc.yml whose pages are chapters: each keeps a Common pitfalls and an Exercises
+# section. The front matter (notation), the appendix (the interactive figures) and the
+# bibliography are reference pages, not chapters, and have neither.
+CHAPTER_PART = "Building a Vision Transformer"
+HEADING = re.compile(r"^(#{1,6}) (.+?)\s*$")
+PITFALL_BOX = re.compile(r"^\s*```\{admonition\} Common pitfall")
 
 
 def relative(path: Path) -> str:
@@ -51,6 +66,50 @@ def page_titles(path: Path) -> list[str]:
     return [t for cell in cells if cell["cell_type"] == "markdown" for t in titles(source(cell))]
 
 
+def chapter_notebooks() -> list[Path]:
+    """The notebooks of the chapter part of _toc.yml, in reading order (none if it is missing)."""
+    parts = read_yaml("_toc.yml").get("parts", [])
+    chapters = [
+        c for part in parts if part.get("caption") == CHAPTER_PART for c in part["chapters"]
+    ]
+    return [ROOT / f"{chapter['file']}.ipynb" for chapter in chapters]
+
+
+def outline(notebook: Path) -> list[tuple]:
+    """A notebook as a list of events, in order: ("heading", level, text) and ("pitfall",) for
+    markdown outside fenced blocks (a pitfall box is the fence that opens it), ("code", cell)."""
+    events: list[tuple] = []
+    for cell in load_notebook(notebook)["cells"]:
+        if cell["cell_type"] == "code":
+            events.append(("code", cell))
+            continue
+        if cell["cell_type"] != "markdown":
+            continue
+        fenced = False
+        for line in source(cell).splitlines():
+            if FENCE.match(line):
+                if not fenced and PITFALL_BOX.match(line):
+                    events.append(("pitfall",))
+                fenced = not fenced
+            elif not fenced and (match := HEADING.match(line)):
+                events.append(("heading", len(match[1]), match[2]))
+    return events
+
+
+def section(events: list[tuple], title: str) -> list[tuple]:
+    """The events under the `## title` heading, up to the next heading of level 1 or 2."""
+    start = next(i for i, event in enumerate(events) if event[:3] == ("heading", 2, title))
+    end = next(
+        (
+            i
+            for i, event in enumerate(events[start + 1 :], start + 1)
+            if event[0] == "heading" and event[1] <= 2
+        ),
+        len(events),
+    )
+    return events[start + 1 : end]
+
+
 # --- _toc.yml and book/ ---------------------------------------------------------------------
 
 
@@ -74,6 +133,59 @@ def test_toc_lists_every_page_in_book_and_nothing_else(toc):
 def test_page_has_exactly_one_title(page):
     found = page_titles(page)
     assert len(found) == 1, f"{relative(page)} needs one top-level '# ' title, has {found}"
+
+
+def test_the_chapter_part_of_the_toc_lists_the_chapters(toc):
+    captions = [part.get("caption") for part in toc.get("parts", [])]
+    assert captions.count(CHAPTER_PART) == 1, (
+        f"_toc.yml needs one part captioned {CHAPTER_PART!r} (the chapters); it has {captions}"
+    )
+    chapters = chapter_notebooks()
+    assert len(chapters) >= 5, f"the part {CHAPTER_PART!r} lists only {chapters}"
+    missing = [relative(path) for path in chapters if not path.is_file()]
+    assert not missing, f"every chapter is a notebook; no notebook for {missing}"
+
+
+@pytest.mark.parametrize("chapter", chapter_notebooks(), ids=relative)
+def test_chapter_keeps_its_pitfalls_and_exercises(chapter):
+    """Every chapter has one `## Common pitfalls` section with at least one pitfall box, and one
+    `## Exercises` section with at least two `### Exercise` subsections, each a stub that raises
+    NotImplementedError, a solution hidden with the `hide-cell` tag, and after it a check that
+    asserts (BOOK.md, "A chapter")."""
+    name = relative(chapter)
+    events = outline(chapter)
+    level_2 = [event[2] for event in events if event[:2] == ("heading", 2)]
+    for title in ("Common pitfalls", "Exercises"):
+        assert level_2.count(title) == 1, (
+            f"{name} needs one '## {title}' heading, has {level_2.count(title)}: {level_2}"
+        )
+    pitfalls = section(events, "Common pitfalls")
+    assert ("pitfall",) in pitfalls, (
+        f"{name}: the Common pitfalls section has no '```{{admonition}} Common pitfall: ...' box"
+    )
+    exercises = section(events, "Exercises")
+    starts = [
+        i
+        for i, event in enumerate(exercises)
+        if event[:2] == ("heading", 3) and event[2].startswith("Exercise")
+    ]
+    assert len(starts) >= 2, f"{name}: the Exercises section has {len(starts)} '### Exercise'"
+    for start, end in zip(starts, [*starts[1:], len(exercises)], strict=True):
+        title = exercises[start][2]
+        cells = [event[1] for event in exercises[start + 1 : end] if event[0] == "code"]
+        hidden = [
+            i for i, cell in enumerate(cells) if "hide-cell" in cell["metadata"].get("tags", [])
+        ]
+        stubs = [i for i, cell in enumerate(cells) if "raise NotImplementedError" in source(cell)]
+        assert stubs, f"{name}, {title!r}: no stub cell that raises NotImplementedError"
+        assert hidden, f"{name}, {title!r}: no solution cell tagged hide-cell"
+        assert stubs[0] < hidden[0], f"{name}, {title!r}: the stub must come before the solution"
+        checks = [
+            cell
+            for cell in cells[hidden[-1] + 1 :]
+            if "hide-cell" not in cell["metadata"].get("tags", []) and "assert" in source(cell)
+        ]
+        assert checks, f"{name}, {title!r}: no check cell with an assert after the solution"
 
 
 # --- notebooks as committed -----------------------------------------------------------------

@@ -235,7 +235,8 @@ def config_from_hf(hf_config: object, *, num_classes: int, **overrides: object) 
     activation = hf.get("hidden_act", "gelu")
     if activation != "gelu":
         raise ValueError(
-            f"hidden_act={activation!r}: vitbook's MLP uses the exact GELU ('gelu') of ViT."
+            f"hidden_act={activation!r}: vitbook's MLP uses the exact GELU ('gelu'), as "
+            "Hugging Face and timm run the ViT checkpoints."
         )
     sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     absent = [name for name in (*sizes, "image_size", "patch_size") if name not in hf]
