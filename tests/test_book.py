@@ -146,6 +146,27 @@ def test_the_chapter_part_of_the_toc_lists_the_chapters(toc):
     assert not missing, f"every chapter is a notebook; no notebook for {missing}"
 
 
+def is_stub(code: str) -> bool:
+    """A cell for the reader to complete: a function that raises NotImplementedError, or only
+    names set to None (``tokens_p2 = None  # N for ...``)."""
+    if "raise NotImplementedError" in code:
+        return True
+    statements = [
+        line.split("#")[0].strip() for line in code.splitlines() if line.split("#")[0].strip()
+    ]
+    return bool(statements) and all(
+        re.fullmatch(r"[A-Za-z_]\w*\s*=\s*None", line) for line in statements
+    )
+
+
+def test_a_stub_is_told_from_other_code():
+    assert is_stub("def f(x):\n    raise NotImplementedError('Exercise 1')")
+    assert is_stub("seven = None  # paste the ink\nbar = None")
+    assert not is_stub("seven = [[0] * 8] * 8")
+    assert not is_stub("x = None\nprint(x)")
+    assert not is_stub("# only a comment")
+
+
 @pytest.mark.parametrize("chapter", chapter_notebooks(), ids=relative)
 def test_chapter_keeps_its_pitfalls_and_exercises(chapter):
     """Every chapter has one `## Common pitfalls` section with at least one pitfall box, and one
@@ -176,8 +197,11 @@ def test_chapter_keeps_its_pitfalls_and_exercises(chapter):
         hidden = [
             i for i, cell in enumerate(cells) if "hide-cell" in cell["metadata"].get("tags", [])
         ]
-        stubs = [i for i, cell in enumerate(cells) if "raise NotImplementedError" in source(cell)]
-        assert stubs, f"{name}, {title!r}: no stub cell that raises NotImplementedError"
+        stubs = [i for i, cell in enumerate(cells) if is_stub(source(cell))]
+        assert stubs, (
+            f"{name}, {title!r}: no stub cell (one that raises NotImplementedError, or that only "
+            "sets the names to fill in to None)"
+        )
         assert hidden, f"{name}, {title!r}: no solution cell tagged hide-cell"
         assert stubs[0] < hidden[0], f"{name}, {title!r}: the stub must come before the solution"
         checks = [
