@@ -8,10 +8,12 @@
 The default variant ("mean") averages the patch tokens for the head, though the model has a
 class token; "cls" is the same model read out from its class token, as in the ViT paper.
 
-Everything random is seeded and the training runs on the CPU with one thread, so the file comes
-out the same on the same machine and software versions. The script prints the test accuracy on
-the fixed split of vitbook.data.load_digits_split and refuses to write a model below its bound,
-0.98 for "mean" and 0.97 for "cls".
+The model trains on the 1,077 training digits of vitbook.data.load_digits_split(validation=True)
+and is accepted on the 270 validation digits: the script refuses to write a model whose
+validation accuracy is below its bound, 0.98 for "mean" and 0.97 for "cls". Only then does it read
+the 450 test digits, once, for the accuracy it reports and stores in the file with the validation
+accuracy. Everything random is seeded and the training runs on the CPU with one thread, so the
+file comes out the same on the same machine and software versions.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ CONFIG = ViTConfig(
     depth=4,
     num_heads=4,
     mlp_ratio=2.0,
-    pos_embed="sincos2d",  # fixed 2D sine-cosine: learns faster than learned ones on 1,347 images
+    pos_embed="sincos2d",  # best validation accuracy in vitbook.experiments' positions runs
     pool="mean",
     attn_impl="sdpa",
 )
@@ -48,12 +50,13 @@ RECIPE = {
     "warmup_epochs": 5,
     "label_smoothing": 0.1,
 }
-MIN_ACCURACY = 0.98
+# The least validation accuracy a model must reach to be written.
+MIN_VALIDATION_ACCURACY = {"mean": 0.98, "cls": 0.97}
 # The same model and recipe, read out from the class token (pool="cls", class_token=True).
 CLS_CONFIG = dataclasses.replace(CONFIG, pool="cls")
 VARIANTS = {
-    "mean": (CONFIG, DIGITS_VIT_PATH, MIN_ACCURACY),
-    "cls": (CLS_CONFIG, DIGITS_VIT_CLS_PATH, 0.97),
+    "mean": (CONFIG, DIGITS_VIT_PATH, MIN_VALIDATION_ACCURACY["mean"]),
+    "cls": (CLS_CONFIG, DIGITS_VIT_CLS_PATH, MIN_VALIDATION_ACCURACY["cls"]),
 }
 
 
@@ -68,7 +71,7 @@ def main() -> None:
 
     torch.set_num_threads(1)  # one thread: the same float sums in the same order every run
     torch.use_deterministic_algorithms(True)
-    x_train, y_train, x_test, y_test = load_digits_split()
+    x_train, y_train, x_val, y_val, x_test, y_test = load_digits_split(validation=True)
     torch.manual_seed(args.seed)
     model = VisionTransformer(config)
     start = time.perf_counter()
@@ -80,19 +83,26 @@ def main() -> None:
         **RECIPE,
     )
     seconds = time.perf_counter() - start
-    accuracy = evaluate(model, (x_test, y_test))
+    validation = evaluate(model, (x_val, y_val))
     parameters = sum(p.numel() for p in model.parameters())
     print(
-        f"{parameters:,} parameters, {history.epochs} epochs in {seconds:.0f} s, "
-        f"final training loss {history.train_loss[-1]:.3f}, test accuracy {accuracy:.4f}"
+        f"{parameters:,} parameters, {history.epochs} epochs on {len(x_train)} digits in "
+        f"{seconds:.0f} s, final training loss {history.train_loss[-1]:.3f}, "
+        f"validation accuracy {validation:.4f}"
     )
-    if accuracy < min_accuracy:
-        raise SystemExit(f"test accuracy {accuracy:.4f} < {min_accuracy}: not written")
+    if validation < min_accuracy:
+        raise SystemExit(f"validation accuracy {validation:.4f} < {min_accuracy}: not written")
+    test = evaluate(model, (x_test, y_test))  # read once, after the model is accepted
+    print(f"test accuracy {test:.4f}")
     save_model(
         model,
         out,
-        test_accuracy=f"{accuracy:.4f}",
-        recipe=str({**RECIPE, "seed": args.seed, "augment": "random_shift(1)"}),
+        validation_accuracy=f"{validation:.4f}",
+        test_accuracy=f"{test:.4f}",
+        recipe=str(
+            {**RECIPE, "seed": args.seed, "augment": "random_shift(1)",
+             "train_images": len(x_train)}
+        ),  # fmt: skip
     )
     print(f"wrote {out}")
 

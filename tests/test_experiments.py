@@ -28,7 +28,7 @@ PROVENANCE_FIELDS = {
     "command", "date", "seeds", "python", "torch", "numpy", "cpu", "torch_threads",
     "deterministic_algorithms", "wall_seconds", "git_commit", "load_average_start_end",
 }  # fmt: skip
-METRICS = ("test_accuracy", "train_loss", "seconds", "seconds_per_epoch")
+ACCURACIES = ("validation_accuracy", "moved_validation_accuracy", "test_accuracy")
 
 # The slices re-run here take a few seconds each: 10 % of the training split, 100 epochs.
 SLICES = [("data_size", "CNN 10%", 0), ("data_size", "ViT 10%", 0)]
@@ -53,7 +53,8 @@ def test_file_is_small_json_with_every_experiment_setting_and_seed(results):
         for label, runs in experiment["runs"].items():
             assert [run["seed"] for run in runs] == seeds, (name, label)
             for run in runs:
-                assert 0.0 <= run["test_accuracy"] <= 1.0 and run["train_loss"] > 0
+                assert all(0.0 <= run[metric] <= 1.0 for metric in ACCURACIES)
+                assert run["train_loss"] > 0
                 assert run["seconds"] > 0 and run["seconds_per_epoch"] > 0
 
 
@@ -87,19 +88,33 @@ def test_runs_describe_the_models_they_trained(results):
             assert runs[0]["parameters"] == sum(p.numel() for p in model.parameters())
     data_runs = experiments["data_size"]["runs"]
     sizes = {label: runs[0]["train_images"] for label, runs in data_runs.items()}
-    assert sizes["ViT 100%"] == sizes["CNN 100%"] == 1347
-    assert sizes["ViT 10%"] == sizes["CNN 10%"] == 136  # round(0.1 * count) for each digit
+    assert sizes["ViT 100%"] == sizes["CNN 100%"] == 1077  # the training part, no validation
+    assert sizes["ViT 10%"] == sizes["CNN 10%"] == 109  # round(0.1 * count) for each digit
     assert sizes["ViT 25%"] < sizes["ViT 50%"] < sizes["ViT 100%"]
-    # The base ViT on the whole split is one setting in all three experiments: the same numbers.
-    def measured(runs):
-        return {run["seed"]: (run["test_accuracy"], run["train_loss"]) for run in runs}
+    for name in ("positions", "patch_size", "augmentation"):
+        assert {run["train_images"] for runs in experiments[name]["runs"].values()
+                for run in runs} == {1077}, name  # fmt: skip
 
-    base = measured(experiments["positions"]["runs"]["sincos2d, mean"])
-    for other in (experiments["patch_size"]["runs"]["P=2"],
-                  experiments["data_size"]["runs"]["ViT 100%"]):  # fmt: skip
-        common = base.keys() & measured(other).keys()
-        assert len(common) >= 3
-        assert {seed: measured(other)[seed] for seed in common} == {s: base[s] for s in common}
+    # The base ViT on the whole training part is one setting in all four experiments, and the
+    # CNN with shifts in two: the same numbers.
+    def measured(runs):
+        return {run["seed"]: tuple(run[m] for m in (*ACCURACIES, "train_loss")) for run in runs}
+
+    for reference, others in (
+        (("positions", "sincos2d, mean"),
+         [("patch_size", "P=2"), ("data_size", "ViT 100%"), ("augmentation", "ViT, shifts")]),
+        (("data_size", "CNN 100%"), [("augmentation", "CNN, shifts")]),
+    ):  # fmt: skip
+        base = measured(experiments[reference[0]]["runs"][reference[1]])
+        for name, label in others:
+            other = measured(experiments[name]["runs"][label])
+            common = base.keys() & other.keys()
+            assert len(common) >= 3
+            assert {seed: other[seed] for seed in common} == {s: base[s] for s in common}
+    # Without the shifts the runs differ, so they were trained, not copied.
+    shifted = measured(experiments["augmentation"]["runs"]["ViT, shifts"])
+    plain = measured(experiments["augmentation"]["runs"]["ViT, no shifts"])
+    assert all(shifted[seed] != plain[seed] for seed in shifted)
 
 
 def test_training_subset_is_stratified_nested_and_fixed():
@@ -117,16 +132,17 @@ def test_training_subset_is_stratified_nested_and_fixed():
 def load_digits_labels():
     from vitbook.data import load_digits_split
 
-    return load_digits_split()[1]
+    return load_digits_split(validation=True)[1]  # the training part the runs train on
 
 
-@pytest.mark.parametrize("metric", ["test_accuracy", "train_loss", "seconds"])
+@pytest.mark.parametrize("metric", [None, *ACCURACIES, "train_loss", "seconds"])
 def test_summary_is_the_spread_of_the_runs(results, metric):
+    read = metric or "validation_accuracy"  # the default: what settings are compared by
     for name, experiment in results["experiments"].items():
-        table = summary(results, name, metric)
+        table = summary(results, name) if metric is None else summary(results, name, metric)
         assert list(table) == list(experiment["runs"])
         for label, runs in experiment["runs"].items():
-            values = [run[metric] for run in runs]
+            values = [run[read] for run in runs]
             row = table[label]
             assert row["n"] == len(values) >= 3
             assert math.isclose(row["mean"], sum(values) / len(values), rel_tol=1e-12)
@@ -155,11 +171,54 @@ def test_a_slice_of_the_script_reproduces_the_file(results, experiment, label, s
     assert rerun["parameters"] == stored["parameters"]
     assert rerun["train_images"] == stored["train_images"]
     if same_machine(results):
-        assert rerun["test_accuracy"] == stored["test_accuracy"]
-        assert rerun["train_loss"] == stored["train_loss"]
+        for metric in (*ACCURACIES, "train_loss"):
+            assert rerun[metric] == stored[metric], metric
     else:
-        spread = summary(results, experiment)[label]["std"]
-        assert abs(rerun["test_accuracy"] - stored["test_accuracy"]) <= max(0.02, 3 * spread)
+        for metric in ACCURACIES:
+            spread = summary(results, experiment, metric)[label]["std"]
+            assert abs(rerun[metric] - stored[metric]) <= max(0.02, 3 * spread), metric
+
+
+def test_a_run_trains_on_the_training_part_and_measures_the_held_out_parts(monkeypatch):
+    """What run_one hands to fit and to evaluate, recorded instead of a 100-epoch training."""
+    from vitbook import experiments
+    from vitbook.data import load_digits_split
+    from vitbook.train import History
+
+    calls = {"fit": [], "evaluate": []}
+
+    def fake_fit(model, train_data, **kwargs):
+        calls["fit"].append((train_data, kwargs))
+        return History([1.5], [0.5], [], [0.1])
+
+    def fake_evaluate(model, data):
+        calls["evaluate"].append(data)
+        return len(calls["evaluate"]) / 10  # 0.1, 0.2, 0.3: tells the three apart
+
+    monkeypatch.setattr(experiments, "fit", fake_fit)
+    monkeypatch.setattr(experiments, "evaluate", fake_evaluate)
+    x_train, y_train, x_val, y_val, x_test, y_test = load_digits_split(validation=True)
+    settings = EXPERIMENTS["augmentation"]["settings"]
+    shifted = experiments.run_one(settings["CNN, shifts"], seed=0)
+    (images, labels), kwargs = calls["fit"][0]
+    assert torch.equal(images, x_train) and torch.equal(labels, y_train)
+    assert callable(kwargs["augment"]) and kwargs["epochs"] == RECIPE["epochs"] == 100
+    assert {k: kwargs[k] for k in ("lr", "batch_size", "warmup_epochs", "label_smoothing")} == {
+        "lr": 5e-3, "batch_size": 64, "warmup_epochs": 5, "label_smoothing": 0.1,
+    }  # fmt: skip
+    validation, moved, test = calls["evaluate"]
+    assert torch.equal(validation[0], x_val) and torch.equal(validation[1], y_val)
+    assert torch.equal(moved[1], y_val) and torch.equal(moved[0][..., 1:], x_val[..., :-1])
+    assert moved[0][..., 0].abs().sum() == 0  # zeros entered on the left
+    assert torch.equal(test[0], x_test) and torch.equal(test[1], y_test)
+    assert (shifted["validation_accuracy"], shifted["moved_validation_accuracy"],
+            shifted["test_accuracy"]) == (0.1, 0.2, 0.3)  # fmt: skip
+    experiments.run_one(settings["CNN, no shifts"], seed=0)
+    assert calls["fit"][1][1]["augment"] is None
+    experiments.run_one(EXPERIMENTS["data_size"]["settings"]["ViT 10%"], seed=0)
+    (images, labels), _ = calls["fit"][2]
+    keep = training_subset(y_train, 0.1)
+    assert torch.equal(images, x_train[keep]) and torch.equal(labels, y_train[keep])
 
 
 def load_script():
@@ -201,7 +260,7 @@ def test_script_check_fails_on_a_wrong_number(results, tmp_path):
         pytest.skip("the script's --check is exact, which holds on the machine of the file only")
     assert script.check(["data_size"], ["CNN 10%"], [0], RESULTS_PATH) == 0
     tampered = json.loads(json.dumps(results))
-    tampered["experiments"]["data_size"]["runs"]["CNN 10%"][0]["test_accuracy"] += 1 / 450
+    tampered["experiments"]["data_size"]["runs"]["CNN 10%"][0]["validation_accuracy"] += 1 / 270
     path = tmp_path / "experiments.json"
     path.write_text(json.dumps(tampered), encoding="utf-8")
     assert script.check(["data_size"], ["CNN 10%"], [0], path) == 1
@@ -220,3 +279,23 @@ def test_patch_size_has_a_step_time_per_setting_with_provenance(results):
     provenance = experiment["step_seconds_provenance"]
     assert PROVENANCE_FIELDS <= set(provenance)
     assert provenance["command"] == "python scripts/run_experiments.py --timing"
+
+
+def test_figures_draw_the_validation_accuracy_of_every_seed(results):
+    from vitbook import plotting
+
+    def drawn(ax, axis):
+        return [list(getattr(line, f"get_{axis}data")()) for line in ax.lines]
+
+    experiments = results["experiments"]
+    ax = plotting.plot_position_experiment(results).axes[0]
+    for label, runs in experiments["positions"]["runs"].items():
+        assert [run["validation_accuracy"] for run in runs] in drawn(ax, "x"), label
+    assert ax.get_xlabel() == "validation accuracy on the digits"
+    ax = plotting.plot_patch_size_experiment(results).axes[0]
+    for label, runs in experiments["patch_size"]["runs"].items():
+        assert [run["validation_accuracy"] for run in runs] in drawn(ax, "y"), label
+    ax = plotting.plot_data_hunger(results).axes[0]
+    for label, runs in experiments["data_size"]["runs"].items():
+        assert [run["validation_accuracy"] for run in runs] in drawn(ax, "y"), label
+    assert ax.get_ylabel() == "validation accuracy"

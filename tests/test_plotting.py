@@ -308,6 +308,13 @@ def test_prediction_figures_show_the_classes_and_the_maps():
     np.testing.assert_allclose(fig.axes[3].images[1].get_array(), overlay[1].numpy())
 
 
+def test_learning_curves_name_the_data_evaluated_after_each_epoch():
+    history = History([2.0, 1.0], [0.3, 0.7], [0.4, 0.8], [0.1, 0.1])
+    for kwargs, name in (({}, "test"), ({"eval_label": "validation"}, "validation")):
+        legend = plotting.plot_history(history, **kwargs).axes[1].get_legend()
+        assert [text.get_text() for text in legend.get_texts()] == ["training batches", name]
+
+
 # --- the house style --------------------------------------------------------------------------
 
 # One call of every plot_* function in vitbook.plotting; a new function needs an entry here.

@@ -3,8 +3,10 @@
 **The shipped model.** The weights live in ``vitbook/assets/digits_vit.safetensors``: a
 safetensors file holds only tensors and a JSON header, so loading it runs no code (unlike
 unpickling a ``torch.save`` file). The header's metadata stores the ``ViTConfig`` fields (key
-``"config"``) and the test accuracy measured when the file was written (key
-``"test_accuracy"``). ``scripts/train_digits_vit.py`` reproduces the file from scratch. That model
+``"config"``), the recipe, and the accuracies measured when the file was written: on the
+validation digits, on which the model was accepted (key ``"validation_accuracy"``), and on the
+test digits, read once afterwards (key ``"test_accuracy"``).
+``scripts/train_digits_vit.py`` reproduces the file from scratch. That model
 pools by averaging its patch tokens; a second one, ``digits_vit_cls.safetensors``
 (``load_digits_vit(variant="cls")``, made by ``scripts/train_digits_vit.py --variant cls``),
 reads its prediction from the class token, so that rollout from the class token means something.
@@ -80,16 +82,19 @@ def load_digits_vit(
     """The ViT trained on the digits of :func:`vitbook.data.load_digits_split`, in eval mode.
 
     It reads 8 x 8 grey images (B, 1, 8, 8) in [0, 1] as a 4 x 4 grid of 2 x 2 patches and
-    returns (B, 10) logits. Its accuracy on the 450 test digits is stored in the file's metadata
-    (``read_metadata(path)["test_accuracy"]``) and checked by the tests.
+    returns (B, 10) logits. It was trained on the 1,077 training digits of
+    ``load_digits_split(validation=True)`` and accepted on the 270 validation digits; its
+    accuracies on those and on the 450 test digits are stored in the file's metadata
+    (``read_metadata(path)["validation_accuracy"]``, ``["test_accuracy"]``) and checked by the
+    tests.
 
     Args:
         device: where to put the model.
         variant: ``"mean"``, the model the chapters study (``DIGITS_VIT_PATH``): mean pooling of
             the patch tokens, though it has a class token, which attention uses and the head
-            never reads; test accuracy at least 0.98. ``"cls"`` (``DIGITS_VIT_CLS_PATH``): the
-            same size, read out from the class token (``pool="cls"``), as in the ViT paper;
-            test accuracy at least 0.97.
+            never reads; validation and test accuracy at least 0.98. ``"cls"``
+            (``DIGITS_VIT_CLS_PATH``): the same size, read out from the class token
+            (``pool="cls"``), as in the ViT paper; validation and test accuracy at least 0.97.
 
     Raises:
         ValueError: an unknown ``variant``.

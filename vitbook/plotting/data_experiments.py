@@ -20,8 +20,10 @@ _COLOURS = {"ViT": "tab:blue", "CNN": "tab:orange"}
 
 
 @book_figure
-def plot_data_hunger(results: dict, *, title: str = "test accuracy as the data grows") -> Figure:
-    """Test accuracy of the ViT and the CNN against the share of the training split used.
+def plot_data_hunger(
+    results: dict, *, title: str = "validation accuracy as the data grows"
+) -> Figure:
+    """Validation accuracy of the ViT and the CNN against the share of the training part used.
 
     One line per model through the mean over seeds, a band from the lowest to the highest seed,
     and every seed as a dot. The x axis is the number of training images (log scale).
@@ -29,7 +31,8 @@ def plot_data_hunger(results: dict, *, title: str = "test accuracy as the data g
     Args:
         results: the stored results, as :func:`vitbook.experiments.load_results` returns them;
             only ``results["experiments"]["data_size"]["runs"]`` is read, whose labels are
-            ``"<model> <percent>%"`` and whose runs have ``train_images`` and ``test_accuracy``.
+            ``"<model> <percent>%"`` and whose runs have ``train_images`` and
+            ``validation_accuracy``.
         title: the figure's title.
 
     Raises:
@@ -37,7 +40,7 @@ def plot_data_hunger(results: dict, *, title: str = "test accuracy as the data g
 
     Example:
         >>> runs = {
-        ...     f"{m} {p}%": [{"train_images": p, "test_accuracy": a + s / 100}
+        ...     f"{m} {p}%": [{"train_images": p, "validation_accuracy": a + s / 100}
         ...                  for s in range(3)]
         ...     for m, a in (("ViT", 0.5), ("CNN", 0.8)) for p in (10, 100)
         ... }
@@ -62,7 +65,7 @@ def plot_data_hunger(results: dict, *, title: str = "test accuracy as the data g
             key=lambda label: runs[label][0]["train_images"],
         )
         sizes = [runs[label][0]["train_images"] for label in labels]
-        accuracies = [[run["test_accuracy"] for run in runs[label]] for label in labels]
+        accuracies = [[run["validation_accuracy"] for run in runs[label]] for label in labels]
         means = [statistics.fmean(values) for values in accuracies]
         seeds = len(accuracies[0])
         ax.fill_between(
@@ -87,8 +90,8 @@ def plot_data_hunger(results: dict, *, title: str = "test accuracy as the data g
             )
     ax.set_xscale("log")
     ax.set(
-        xlabel="training images (log scale; share of the split below)",
-        ylabel="test accuracy",
+        xlabel="training images (log scale; share of the training part below)",
+        ylabel="validation accuracy",
         ylim=(0.0, 1.02),
         title=title,
     )

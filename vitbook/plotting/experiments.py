@@ -1,7 +1,8 @@
 """Figures of the measured experiments on the digits (``vitbook/assets/experiments.json``).
 
 Each function takes the dict that :func:`vitbook.experiments.load_results` returns and draws
-every seed as a small dot and the mean over the seeds with a bar of one standard deviation.
+the validation accuracy (the one that settings are compared by) of every seed as a small dot and
+the mean over the seeds with a bar of one standard deviation.
 
 See chapters: Images as sequences of patches; Positional encodings.
 """
@@ -28,7 +29,7 @@ _POSITION_NAMES = {
 
 
 def _accuracies(runs: list) -> list[float]:
-    return [float(run["test_accuracy"]) for run in runs]
+    return [float(run["validation_accuracy"]) for run in runs]
 
 
 def _mean_and_std(values: list[float]) -> tuple[float, float]:
@@ -38,9 +39,9 @@ def _mean_and_std(values: list[float]) -> tuple[float, float]:
 
 @book_figure
 def plot_patch_size_experiment(results: Mapping[str, object]) -> Figure:
-    """The patch-size experiment: test accuracy and time per training step against P.
+    """The patch-size experiment: validation accuracy and time per training step against P.
 
-    Left: the test accuracy of every seed (dots) and its mean with one standard deviation
+    Left: the validation accuracy of every seed (dots) and its mean with one standard deviation
     (bar) for each patch size, labelled with the number of tokens N. Right: the fastest
     training step of 64 digits for each patch size, in milliseconds.
 
@@ -74,7 +75,7 @@ def plot_patch_size_experiment(results: Mapping[str, object]) -> Figure:
     for ax in (accuracy_ax, time_ax):
         ax.set_xticks(range(len(labels)), ticks)
         ax.set_xlabel("patch size P (tokens N)")
-    accuracy_ax.set_ylabel("test accuracy")
+    accuracy_ax.set_ylabel("validation accuracy")
     accuracy_ax.set_title("seeds (dots), mean and std")
     time_ax.set_ylabel("milliseconds")
     time_ax.set_title("one training step, 64 digits")
@@ -83,7 +84,7 @@ def plot_patch_size_experiment(results: Mapping[str, object]) -> Figure:
 
 @book_figure
 def plot_position_experiment(results: Mapping[str, object]) -> Figure:
-    """The positions experiment: test accuracy per position encoding and readout.
+    """The positions experiment: validation accuracy per position encoding and readout.
 
     One row per position encoding (none, learned 1D, 2D sine-cosine, relative bias), two
     markers per row: the class-token readout and mean pooling. Dots are the seeds, squares the
@@ -97,7 +98,7 @@ def plot_position_experiment(results: Mapping[str, object]) -> Figure:
         >>> from vitbook.experiments import load_results
         >>> fig = plot_position_experiment(load_results())
         >>> fig.axes[0].get_xlabel()
-        'test accuracy on the digits'
+        'validation accuracy on the digits'
 
     See chapter: Positional encodings.
     """
@@ -122,7 +123,7 @@ def plot_position_experiment(results: Mapping[str, object]) -> Figure:
             )
     ax.set_yticks(range(len(positions)), [_POSITION_NAMES.get(p, p) for p in positions])
     ax.invert_yaxis()
-    ax.set_xlabel("test accuracy on the digits")
+    ax.set_xlabel("validation accuracy on the digits")
     ax.set_title("position information x readout: seeds, mean and std")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="upper center")

@@ -128,12 +128,16 @@ def plot_lr_schedule(
 
 
 @book_figure
-def plot_history(history, *, title: str = "learning curves") -> Figure:
+def plot_history(
+    history, *, title: str = "learning curves", eval_label: str = "test"
+) -> Figure:
     """Training loss (left) and accuracies (right) against the epoch.
 
     Args:
         history: a :class:`vitbook.train.History`, as ``fit`` returns.
         title: the figure's title.
+        eval_label: the legend's name for ``history.eval_accuracy``, the data ``fit`` evaluated
+            after each epoch (``"validation"`` when they are a validation part).
 
     Example:
         >>> from vitbook.train import History
@@ -158,7 +162,7 @@ def plot_history(history, *, title: str = "learning curves") -> Figure:
     loss_ax.set(xlabel="epoch", ylabel="cross-entropy", title="training loss", yscale="log")
     acc_ax.plot(epochs, history.train_accuracy, color="C0", label="training batches")
     if history.eval_accuracy:
-        acc_ax.plot(epochs, history.eval_accuracy, color="C1", label="test")
+        acc_ax.plot(epochs, history.eval_accuracy, color="C1", label=eval_label)
     acc_ax.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1.01))
     acc_ax.grid(alpha=0.3)
     acc_ax.legend(loc="lower right")
