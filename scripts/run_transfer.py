@@ -123,16 +123,22 @@ def choose(
     sweep, models = [], {}
     for lr in grid:
         for seed in seeds:
-            model, run = train_one(setting, shots, lr, seed, pretrained.get(seed))
+            try:
+                model, run = train_one(setting, shots, lr, seed, pretrained.get(seed))
+            except ValueError as error:  # fit stopped at a non-finite loss or gradient
+                sweep.append({"seed": seed, "lr": lr, "val_accuracy": None, "diverged": str(error)})
+                _log(f"  {setting:<31} {shots:>4} lr {lr:<6g} seed {seed}: diverged")
+                continue
             models[lr, seed] = model
             sweep.append(run)
             _log(f"  {setting:<31} {shots:>4} lr {lr:<6g} seed {seed}: "
                  f"val {run['val_accuracy']:.3f}, {run['seconds']:.1f} s")  # fmt: skip
-    means = {
+    means = {  # a learning rate that diverged for any seed is not a candidate
         lr: statistics.fmean(run["val_accuracy"] for run in sweep if run["lr"] == lr)
         for lr in grid
+        if all(run["val_accuracy"] is not None for run in sweep if run["lr"] == lr)
     }
-    chosen = max(grid, key=lambda lr: (means[lr], -grid.index(lr)))  # ties: the first
+    chosen = max(means, key=lambda lr: (means[lr], -grid.index(lr)))  # ties: the first
     runs = []
     for seed in seeds:
         run = next(r for r in sweep if r["lr"] == chosen and r["seed"] == seed)

@@ -119,15 +119,16 @@ PRETRAIN_RECIPE: dict[str, object] = {
     "label_smoothing": 0.1,
 }
 # Every method sees the same random shifts of up to 1 pixel (random_shift(1)) and STEPS steps;
-# its learning rate is chosen on the validation digits from LR_GRID.
+# its learning rate is chosen on the validation digits from LR_GRID, a grid wide enough that the
+# choice falls inside it (a choice at its edge would ask for a wider grid).
 METHODS: dict[str, dict[str, object]] = {
     "scratch": {"optimizer": "adamw", "weight_decay": 0.05, "label_smoothing": 0.1},
     "linear probe": dict(FINETUNE_RECIPE),
     "fine-tune": dict(FINETUNE_RECIPE),
 }
 LR_GRID: dict[str, tuple[float, ...]] = {
-    "scratch": (1e-3, 3e-3, 1e-2),
-    "linear probe": (0.03, 0.1, 0.3, 1.0),
+    "scratch": (1e-3, 3e-3, 1e-2, 3e-2),
+    "linear probe": (0.03, 0.1, 0.3, 1.0, 3.0),
     "fine-tune": (0.01, 0.03, 0.1, 0.3),
 }
 HIGH_RES_SETTINGS = ("fine-tune 12 px", "fine-tune 12 px, new positions")
