@@ -18,7 +18,11 @@ Every run trains on one CPU thread with deterministic algorithms: on the same ma
 software versions the numbers come out the same, which --check verifies by re-running a slice.
 --only runs some settings (two processes can share the work: the settings of each are disjoint;
 the higher-resolution ones need "fine-tune" in the same process); --merge joins such files,
-keeping the provenance of each part.
+keeping the provenance of each part, and with --replace a later file's setting replaces an
+earlier one's (the file lists what replaced what):
+
+    python scripts/run_transfer.py --only "linear probe" --out /tmp/c.json
+    python scripts/run_transfer.py --merge /tmp/a.json /tmp/b.json /tmp/c.json --replace
 """
 
 from __future__ import annotations
@@ -193,13 +197,23 @@ def _as_list(provenance: dict | list) -> list[dict]:
     return provenance if isinstance(provenance, list) else [provenance]
 
 
-def merge(paths: list[Path], out: Path) -> None:
-    """Join files that ran disjoint settings with the same constants, seeds and software."""
+def _method(setting: str) -> str:
+    """The method whose learning-rate grid a setting uses ("scratch, 1000 steps" -> "scratch")."""
+    return setting.split(",")[0].split(" 12 px")[0]
+
+
+def merge(paths: list[Path], out: Path, replace: bool = False) -> None:
+    """Join files that ran disjoint settings with the same constants, seeds and software.
+
+    A part's learning-rate grids need to agree only for the methods whose settings the merged
+    file takes from it. With ``replace``, a later part's setting replaces an earlier part's of
+    the same name (a rerun with a wider grid, say); the file lists every replacement.
+    """
     parts = [load_results(path) for path in paths]
     first = parts[0]
     for path, part in zip(paths, parts, strict=True):
         for key in _constants():
-            if part[key] != first[key]:
+            if key != "lr_grid" and part[key] != first[key]:
                 raise SystemExit(f"{path} has another {key} than {paths[0]}; not merged.")
         here = {(p["torch"], p["python"], p["cpu"], tuple(p["seeds"]))
                 for p in _as_list(part["provenance"])}  # fmt: skip
@@ -208,16 +222,39 @@ def merge(paths: list[Path], out: Path) -> None:
             raise SystemExit(f"{path} was made with other software, CPU or seeds; not merged.")
     merged = {**{key: first[key] for key in _constants()}, "settings": {}, "sweep": {},
               "pretraining": []}  # fmt: skip
-    for path, part in zip(paths, parts, strict=True):
+    source: dict[str, int] = {}  # setting -> the index of the part it is taken from
+    replaced = []
+
+    def command(index: int) -> str:
+        return _as_list(parts[index]["provenance"])[0]["command"]
+
+    for index, (path, part) in enumerate(zip(paths, parts, strict=True)):
         twice = set(merged["settings"]) & set(part["settings"])
-        if twice:
+        if twice and not replace:
             raise SystemExit(f"{path} repeats the settings {sorted(twice)}; not merged.")
+        for setting in sorted(twice):
+            replaced.append(
+                {"setting": setting, "by": command(index), "replaces": command(source[setting])}
+            )
+            merged["sweep"].pop(setting, None)
         if part["pretraining"] and merged["pretraining"]:
             if part["pretraining"] != merged["pretraining"]:
                 raise SystemExit(f"{path} pre-trained other models; not merged.")
         merged["pretraining"] = merged["pretraining"] or part["pretraining"]
         merged["settings"].update(part["settings"])
         merged["sweep"].update(part["sweep"])
+        source.update({setting: index for setting in part["settings"]})
+    grids = {}  # each method's grid, from the part its settings come from; one per method
+    for setting, index in source.items():
+        if setting in HIGH_RES_SETTINGS:
+            continue  # no grid: fine-tuning's choice
+        grid = parts[index]["lr_grid"][_method(setting)]
+        if grids.setdefault(_method(setting), grid) != grid:
+            raise SystemExit(f"{setting!r} was chosen on another grid than the other "
+                             f"{_method(setting)!r} settings; not merged.")  # fmt: skip
+    merged["lr_grid"] = {**merged["lr_grid"], **grids}
+    if replaced:
+        merged["replaced"] = replaced
     order = list(SETTINGS)
     merged["settings"] = {k: merged["settings"][k] for k in order if k in merged["settings"]}
     merged["sweep"] = {k: merged["sweep"][k] for k in order if k in merged["sweep"]}
@@ -251,13 +288,15 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="re-run and compare with the file")
     parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="the results file")
     parser.add_argument("--merge", nargs="+", type=Path, help="join these files into --out")
+    parser.add_argument("--replace", action="store_true",
+                        help="with --merge: a later file's setting replaces an earlier one's")
     parser.add_argument("--save-pretrained", action=argparse.BooleanOptionalAction, default=None,
                         help="write seed 0's pre-trained model (default: when --out is the "
                         "shipped results file)")  # fmt: skip
     args = parser.parse_args()
     os.environ.setdefault("VITBOOK_PROGRESS", "0")
     if args.merge:
-        merge(args.merge, args.out)
+        merge(args.merge, args.out, replace=args.replace)
         return
     if args.check:
         raise SystemExit(check(args.only, args.shots, args.seeds, args.out))

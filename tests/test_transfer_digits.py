@@ -114,7 +114,11 @@ def test_runs_trained_on_the_stated_number_of_labels(results):
 def test_provenance_names_the_command_versions_seeds_and_machine(results):
     parts = provenances(results["provenance"])
     run_settings = [s for part in parts for s in part["settings_run"]]
-    assert sorted(run_settings) == sorted(SETTINGS)
+    replaced = [entry["setting"] for entry in results.get("replaced", [])]
+    assert sorted(run_settings) == sorted([*SETTINGS, *replaced])  # every run is accounted for
+    commands = [part["command"] for part in parts]
+    for entry in results.get("replaced", []):
+        assert entry["by"] in commands and entry["replaces"] in commands
     for provenance in parts:
         assert PROVENANCE_FIELDS <= set(provenance)
         assert provenance["command"].startswith("python scripts/run_transfer.py")
@@ -257,6 +261,21 @@ def test_script_merge_joins_settings_and_refuses_repeats(results, tmp_path):
     assert list(merged["settings"]) == names and len(merged["provenance"]) == 2
     with pytest.raises(SystemExit, match="repeats the settings"):
         script.merge([parts[0], parts[0]], tmp_path / "twice.json")
+    rerun = json.loads(parts[0].read_text(encoding="utf-8"))  # the first settings run again
+    rerun["provenance"][0]["command"] = "python scripts/run_transfer.py --out rerun.json"
+    rerun["settings"]["scratch"]["1"]["runs"][0]["test_accuracy"] = 0.5
+    (tmp_path / "rerun.json").write_text(json.dumps(rerun), encoding="utf-8")
+    script.merge([*parts, tmp_path / "rerun.json"], tmp_path / "replaced.json", replace=True)
+    replaced = load_results(tmp_path / "replaced.json")
+    assert replaced["settings"]["scratch"]["1"]["runs"][0]["test_accuracy"] == 0.5
+    assert [e["setting"] for e in replaced["replaced"]] == sorted(names[:3])
+    assert {e["by"] for e in replaced["replaced"]} == {rerun["provenance"][0]["command"]}
+    narrow = json.loads(json.dumps(rerun))
+    narrow["lr_grid"]["scratch"] = [0.01]
+    narrow["settings"] = {"scratch": narrow["settings"]["scratch"]}
+    (tmp_path / "narrow.json").write_text(json.dumps(narrow), encoding="utf-8")
+    with pytest.raises(SystemExit, match="another grid than the other 'scratch' settings"):
+        script.merge([*parts, tmp_path / "narrow.json"], tmp_path / "bad.json", replace=True)
 
 
 def test_script_check_fails_on_a_wrong_number(results, tmp_path):

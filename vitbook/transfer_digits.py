@@ -128,7 +128,7 @@ METHODS: dict[str, dict[str, object]] = {
 }
 LR_GRID: dict[str, tuple[float, ...]] = {
     "scratch": (1e-3, 3e-3, 1e-2, 3e-2),
-    "linear probe": (0.03, 0.1, 0.3, 1.0, 3.0),
+    "linear probe": (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0),
     "fine-tune": (0.01, 0.03, 0.1, 0.3),
 }
 HIGH_RES_SETTINGS = ("fine-tune 12 px", "fine-tune 12 px, new positions")
