@@ -32,6 +32,7 @@ def fake_results():
             "all": runs([0.8, 0.9, 0.85], 200),
         }
     settings["scratch, 1000 steps"] = {"all": runs([0.9, 0.92, 0.94], 200)}
+    settings["fine-tune, 1000 steps"] = {"all": runs([0.95, 0.96, 0.97], 200)}
     return {"settings": settings}
 
 
@@ -41,7 +42,7 @@ def test_each_line_goes_through_the_mean_over_seeds_at_the_labels_per_class():
     left, right = fig.axes
     assert [t.get_text() for t in left.get_legend().get_texts()] == [
         "from scratch (3 seeds)", "linear probe (3 seeds)", "fine-tune (3 seeds)",
-        "from scratch, 1000 steps",
+        "from scratch, 1000 steps", "fine-tune, 1000 steps",
     ]  # fmt: skip
     assert [t.get_text() for t in right.get_legend().get_texts()] == [
         "8 px (3 seeds)", "12 px, positions interpolated (3 seeds)",
@@ -53,8 +54,9 @@ def test_each_line_goes_through_the_mean_over_seeds_at_the_labels_per_class():
                                      ["runs"]) for s in ("1", "5", "all")]  # fmt: skip
         np.testing.assert_allclose(line.get_ydata(), expected)
         np.testing.assert_allclose(line.get_xdata(), [1, 5, 40])  # 200 images / 5 classes
-    hollow = [line for line in left.lines if line.get_marker() == "s" and line.get_mfc() == "none"]
-    assert len(hollow) == 1 and hollow[0].get_ydata()[0] == pytest.approx(0.92)
+    hollow = [line for line in left.lines if line.get_mfc() == "none"]
+    assert [line.get_marker() for line in hollow] == ["s", "o"]  # scratch's, fine-tuning's
+    assert [line.get_ydata()[0] for line in hollow] == pytest.approx([0.92, 0.96])
     tuned_left = means[2].get_ydata()
     tuned_right = [line for line in right.lines if line.get_linestyle() == "-"][0].get_ydata()
     np.testing.assert_allclose(tuned_left, tuned_right)  # the 8 px line is fine-tuning's

@@ -17,7 +17,9 @@ and, for the paper's fine-tuning at a higher resolution, ``"fine-tune 12 px"``: 
 upsampled from 8 x 8 to 12 x 12 inside the model, the patch size stays 2, so the grid grows from
 4 x 4 to 6 x 6 patches and the learned position embeddings are interpolated to it
 (:func:`vitbook.transfer.change_resolution`); ``"fine-tune 12 px, new positions"`` replaces
-them by freshly initialised ones instead, which shows what the interpolation keeps.
+them by freshly initialised ones instead, which shows what the interpolation keeps. Two more
+settings, ``"scratch, 1000 steps"`` and ``"fine-tune, 1000 steps"``, train on all the labels for
+``LONG_STEPS`` steps instead of ``STEPS``: what a longer budget buys each.
 
 The protocol: the validation digits (``VAL_PER_CLASS`` of each new class, held out of the
 training digits 5 to 9) choose each method's learning rate from ``LR_GRID``, separately for
@@ -91,7 +93,7 @@ TARGET_DIGITS = (5, 6, 7, 8, 9)
 VAL_PER_CLASS = 20  # validation digits of each new class, held out of the training digits
 SHOTS = ("1", "5", "20", "all")  # labelled examples per new class
 STEPS = 300  # optimiser steps of every run on the new task
-LONG_STEPS = 1000  # "scratch, 1000 steps": what a longer budget buys training from scratch
+LONG_STEPS = 1000  # "scratch, 1000 steps" and "fine-tune, 1000 steps": a longer budget
 HIGH_RES = 12  # pixels of the higher-resolution fine-tuning (8 x 8 digits upsampled)
 
 # Learned 1D position embeddings and a class-token readout, as in the paper: the embeddings are
@@ -137,6 +139,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     **{method: SHOTS for method in METHODS},
     **{setting: SHOTS for setting in HIGH_RES_SETTINGS},
     f"scratch, {LONG_STEPS} steps": ("all",),
+    f"fine-tune, {LONG_STEPS} steps": ("all",),
 }
 
 
@@ -297,7 +300,7 @@ def build(setting: str, pretrained: VisionTransformer | None) -> nn.Module:
     if setting == "linear probe":
         freeze_body(model)
         return model
-    if setting == "fine-tune":
+    if setting in ("fine-tune", f"fine-tune, {LONG_STEPS} steps"):
         return model
     if setting not in HIGH_RES_SETTINGS:
         raise ValueError(
@@ -315,7 +318,7 @@ def train_one(
 ) -> tuple[nn.Module, dict[str, object]]:
     """Train one setting on ``shots`` labelled examples per class for ``STEPS`` steps.
 
-    (``LONG_STEPS`` for ``"scratch, 1000 steps"``.)
+    (``LONG_STEPS`` for ``"scratch, 1000 steps"`` and ``"fine-tune, 1000 steps"``.)
 
     The batch is 64 examples, or all of them when there are fewer; the epochs are as many as
     ``STEPS`` steps take (the last epoch may add a few), the first tenth of them a linear
@@ -338,7 +341,7 @@ def train_one(
     images, labels = data.pool[0][keep], data.pool[1][keep]
     batch_size = min(64, len(labels))
     steps_per_epoch = math.ceil(len(labels) / batch_size)
-    steps = LONG_STEPS if setting == f"scratch, {LONG_STEPS} steps" else STEPS
+    steps = LONG_STEPS if setting.endswith(f", {LONG_STEPS} steps") else STEPS
     epochs = math.ceil(steps / steps_per_epoch)
     recipe = METHODS[setting.split(",")[0].split(" 12 px")[0]]
     with _OneThread():

@@ -51,7 +51,7 @@ def plot_transfer(results: dict, *, title: str = "") -> Figure:
     """Test accuracy on the new task against the labelled examples per class, two panels.
 
     Left: training from scratch, a linear probe and full fine-tuning (and, where recorded, the
-    longer from-scratch run as one hollow marker). Right: fine-tuning at 8 px against 12 px with
+    runs with a longer budget, ``"<method>, <n> steps"``, as hollow markers at "all"). Right: fine-tuning at 8 px against 12 px with
     the position embeddings interpolated or newly initialised. Each line goes through the mean
     over seeds, the band spans the lowest to the highest seed, and every seed is a dot. The x
     axis is logarithmic; "all" sits at the mean number of examples per class it stands for.
@@ -100,11 +100,12 @@ def plot_transfer(results: dict, *, title: str = "") -> Figure:
                      "wspace": 0.06},
     )  # fmt: skip
     _draw(left, settings, _METHODS, shots_x)
-    long = next((s for s in settings if s.startswith("scratch,")), None)
-    if long and "all" in settings[long] and "all" in shots_x:
-        values = [run["test_accuracy"] for run in settings[long]["all"]["runs"]]
-        left.plot([shots_x["all"]], [statistics.fmean(values)], "s", mfc="none",
-                  color="tab:gray", ms=7, label=f"{long.replace('scratch', 'from scratch')}")
+    for method, colour, marker, label in _METHODS:  # a longer budget: one hollow marker
+        long = next((s for s in settings if s.startswith(f"{method}, ")), None)
+        if long and "all" in settings[long] and "all" in shots_x:
+            values = [run["test_accuracy"] for run in settings[long]["all"]["runs"]]
+            left.plot([shots_x["all"]], [statistics.fmean(values)], marker, mfc="none",
+                      color=colour, ms=8, label=long.replace(method, label))
     _draw(right, settings, _RESOLUTION, shots_x)
     labels = [s if s != "all" else f"all\n({shots_x[s]:.0f})" for s in shots_x]
     for ax, heading in ((left, "three ways to use the pre-training"),
