@@ -51,8 +51,9 @@ def plot_transfer(results: dict, *, title: str = "") -> Figure:
     """Test accuracy on the new task against the labelled examples per class, two panels.
 
     Left: training from scratch, a linear probe and full fine-tuning (and, where recorded, the
-    runs with a longer budget, ``"<method>, <n> steps"``, as hollow markers at "all"). Right: fine-tuning at 8 px against 12 px with
-    the position embeddings interpolated or newly initialised. Each line goes through the mean
+    runs with a longer budget, ``"<method>, <n> steps"``, as hollow markers at "all"). Right:
+    fine-tuning at 8 px against 12 px with the position embeddings interpolated or newly
+    initialised. Each line goes through the mean
     over seeds, the band spans the lowest to the highest seed, and every seed is a dot. The x
     axis is logarithmic; "all" sits at the mean number of examples per class it stands for.
 
