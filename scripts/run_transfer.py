@@ -32,6 +32,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -57,10 +58,10 @@ from vitbook.transfer_digits import (
     SHOTS,
     STEPS,
     VAL_PER_CLASS,
+    evaluate_test,
     load_results,
     pretrain,
     reproduce,
-    test_accuracy,
     train_one,
 )
 
@@ -81,7 +82,7 @@ def _git_commit() -> str:
 
 def _provenance(settings: list[str], seeds: list[int], seconds: float, load: list[float]) -> dict:
     return {
-        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "command": "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "settings_run": settings,
         "seeds": seeds,
@@ -146,7 +147,7 @@ def choose(
     runs = []
     for seed in seeds:
         run = next(r for r in sweep if r["lr"] == chosen and r["seed"] == seed)
-        runs.append({**run, "test_accuracy": test_accuracy(models[chosen, seed])})
+        runs.append({**run, "test_accuracy": evaluate_test(models[chosen, seed])})
     _log(f"{setting} {shots}: chose lr {chosen:g} (mean val {means[chosen]:.3f}); test "
          f"{statistics.fmean(r['test_accuracy'] for r in runs):.3f}")  # fmt: skip
     return chosen, runs, sweep
@@ -174,7 +175,7 @@ def run(settings: list[str], seeds: list[int], out: Path, save_pretrained: bool)
                 runs = []
                 for seed in seeds:
                     model, one = train_one(setting, shots, lr, seed, pretrained[seed])
-                    runs.append({**one, "test_accuracy": test_accuracy(model)})
+                    runs.append({**one, "test_accuracy": evaluate_test(model)})
                     _log(f"  {setting} {shots} seed {seed}: {runs[-1]}")
                 results["settings"][setting][shots] = {"lr": lr, "runs": runs}
                 continue
@@ -200,6 +201,11 @@ def _as_list(provenance: dict | list) -> list[dict]:
 def _method(setting: str) -> str:
     """The method whose learning-rate grid a setting uses ("scratch, 1000 steps" -> "scratch")."""
     return setting.split(",")[0].split(" 12 px")[0]
+
+
+def _models(pretraining: list[dict]) -> list[tuple]:
+    """What identifies the pre-trained models of a part: seed, accuracy and final loss."""
+    return [(p["seed"], p["source_test_accuracy"], p["train_loss"]) for p in pretraining]
 
 
 def merge(paths: list[Path], out: Path, replace: bool = False) -> None:
@@ -237,8 +243,8 @@ def merge(paths: list[Path], out: Path, replace: bool = False) -> None:
                 {"setting": setting, "by": command(index), "replaces": command(source[setting])}
             )
             merged["sweep"].pop(setting, None)
-        if part["pretraining"] and merged["pretraining"]:
-            if part["pretraining"] != merged["pretraining"]:
+        if part["pretraining"] and merged["pretraining"]:  # the same models; seconds differ
+            if _models(part["pretraining"]) != _models(merged["pretraining"]):
                 raise SystemExit(f"{path} pre-trained other models; not merged.")
         merged["pretraining"] = merged["pretraining"] or part["pretraining"]
         merged["settings"].update(part["settings"])
@@ -259,7 +265,7 @@ def merge(paths: list[Path], out: Path, replace: bool = False) -> None:
     merged["settings"] = {k: merged["settings"][k] for k in order if k in merged["settings"]}
     merged["sweep"] = {k: merged["sweep"][k] for k in order if k in merged["sweep"]}
     merged["provenance"] = [p for part in parts for p in _as_list(part["provenance"])]
-    merged["merge_command"] = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+    merged["merge_command"] = "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     _write(merged, out)
     _log(f"wrote {out}: settings {list(merged['settings'])}")
 

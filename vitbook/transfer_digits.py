@@ -74,6 +74,7 @@ __all__ = [
     "VAL_PER_CLASS",
     "TransferData",
     "build",
+    "evaluate_test",
     "labelled_subset",
     "load_pretrained_digits",
     "load_results",
@@ -81,7 +82,6 @@ __all__ = [
     "pretrain",
     "reproduce",
     "summary",
-    "test_accuracy",
     "train_one",
 ]
 
@@ -366,7 +366,7 @@ def train_one(
     }
 
 
-def test_accuracy(model: nn.Module) -> float:
+def evaluate_test(model: nn.Module) -> float:
     """Accuracy on the 224 test digits 5 to 9: read once per reported run.
 
     See chapter: Fine-tuning a pretrained ViT.
@@ -460,4 +460,4 @@ def reproduce(
     if not setting.startswith("scratch"):
         pretrained = load_pretrained_digits() if seed == 0 else pretrain(seed)[0]
     model, rerun = train_one(setting, shots, entry["lr"], seed, pretrained)
-    return stored[0], {**rerun, "test_accuracy": test_accuracy(model)}
+    return stored[0], {**rerun, "test_accuracy": evaluate_test(model)}
