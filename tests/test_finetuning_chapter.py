@@ -30,7 +30,7 @@ transformers = pytest.importorskip("transformers")
 
 CHAPTER = ROOT / "book" / "finetuning.ipynb"
 LOSS_LINE = re.compile(r"(linear probe|fine-tune): loss ([0-9.]+) in the first epoch, ([0-9.]+) "
-                       r"in the last; [0-9.]+ min on cpu in fp32")  # fmt: skip
+                       r"in the last;\n  [0-9.]+ min on cpu in fp32")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_chapter_fine_tunes_the_cached_vit_b16_a_few_steps_without_a_gpu(
 ):
     text, seconds = run_chapter(monkeypatch, vit_b16_cache)
     assert f"model: {DEFAULT_CHECKPOINT}, 10 classes" in text
-    assert "preprocessing: Preprocess(size=(224, 224), mean=[0.5, 0.5, 0.5], " \
+    assert "preprocessing:\n  Preprocess(size=(224, 224), mean=[0.5, 0.5, 0.5], " \
            "std=[0.5, 0.5, 0.5])" in text  # fmt: skip
     notes = text.split('<div class="admonition note">')[1:]
     assert len(notes) == 1

@@ -107,9 +107,12 @@ def test_freeze_body_leaves_only_the_head_trainable_and_says_what_it_froze():
     assert frozen.frozen_numbers + frozen.trainable_numbers == total
     assert [n for n, p in model.named_parameters() if p.requires_grad] == list(frozen.trainable)
     text = str(frozen)
-    assert f"frozen: {len(frozen.frozen)} tensors, {frozen.frozen_numbers:,} numbers" in text
-    assert "(cls_token, pos_embed, patch_embed, blocks, norm)" in text  # the model's order
-    assert "trainable: head.weight, head.bias, 65 numbers" in text
+    assert text.splitlines() == [
+        f"frozen: {len(frozen.frozen)} tensors, {frozen.frozen_numbers:,} numbers",
+        "  (cls_token, pos_embed, patch_embed, blocks, norm)",  # the model's order
+        "trainable: head.weight, head.bias, 65 numbers",
+        f"  ({65 / total:.2%} of the model)",
+    ]
 
 
 def test_under_a_linear_probe_only_the_heads_parameters_change():

@@ -84,10 +84,10 @@ class Frozen:
     def __str__(self) -> str:
         parts = sorted({name.split(".")[0] for name in self.frozen}, key=self._order)
         return (
-            f"frozen: {len(self.frozen)} tensors, {self.frozen_numbers:,} numbers "
-            f"({', '.join(parts)})\n"
-            f"trainable: {', '.join(self.trainable)}, {self.trainable_numbers:,} numbers "
-            f"({self.trainable_share:.2%} of the model)"
+            f"frozen: {len(self.frozen)} tensors, {self.frozen_numbers:,} numbers\n"
+            f"  ({', '.join(parts)})\n"
+            f"trainable: {', '.join(self.trainable)}, {self.trainable_numbers:,} numbers\n"
+            f"  ({self.trainable_share:.2%} of the model)"
         )
 
     def _order(self, part: str) -> int:
