@@ -51,7 +51,7 @@ def plot_transfer(results: dict, *, title: str = "") -> Figure:
     """Test accuracy on the new task against the labelled examples per class, two panels.
 
     Left: training from scratch, a linear probe and full fine-tuning (and, where recorded, the
-    runs with a longer budget, ``"<method>, <n> steps"``, as hollow markers at "all"). Right:
+    runs with a longer budget, ``"<method>, <n> steps"``, as hollow markers beside "all"). Right:
     fine-tuning at 8 px against 12 px with the position embeddings interpolated or newly
     initialised. Each line goes through the mean
     over seeds, the band spans the lowest to the highest seed, and every seed is a dot. The x
@@ -101,17 +101,21 @@ def plot_transfer(results: dict, *, title: str = "") -> Figure:
                      "wspace": 0.06},
     )  # fmt: skip
     _draw(left, settings, _METHODS, shots_x)
-    for method, colour, marker, label in _METHODS:  # a longer budget: one hollow marker
+    # a longer budget: one hollow marker per method, side by side at "all" (their means may
+    # coincide)
+    offsets = {"scratch": 1 / 1.1, "linear probe": 1.0, "fine-tune": 1.1}
+    for method, colour, marker, label in _METHODS:
         long = next((s for s in settings if s.startswith(f"{method}, ")), None)
         if long and "all" in settings[long] and "all" in shots_x:
             values = [run["test_accuracy"] for run in settings[long]["all"]["runs"]]
-            left.plot([shots_x["all"]], [statistics.fmean(values)], marker, mfc="none",
-                      color=colour, ms=8, label=long.replace(method, label))
+            left.plot([shots_x["all"] * offsets[method]], [statistics.fmean(values)], marker,
+                      mfc="none", color=colour, ms=8, label=long.replace(method, label))
     _draw(right, settings, _RESOLUTION, shots_x)
     labels = [s if s != "all" else f"all\n({shots_x[s]:.0f})" for s in shots_x]
     for ax, heading in ((left, "three ways to use the pre-training"),
                         (right, "fine-tuning at a higher resolution")):  # fmt: skip
         ax.set_xscale("log")
+        ax.set_xlim(min(shots_x.values()) / 1.3, max(shots_x.values()) * 1.6)
         ax.set_xticks(list(shots_x.values()), labels)
         ax.minorticks_off()
         ax.set_xlabel("labelled examples per class")
