@@ -33,6 +33,7 @@ from vitbook.plotting import (
     plot_weight_table,
 )
 from vitbook.train import History
+from vitbook.transfer_digits import load_results as load_transfer_results
 
 GH, GW = 3, 5  # all sizes differ, so a swapped axis cannot pass unnoticed
 
@@ -463,6 +464,7 @@ EXAMPLES = {
     ),
     "plot_patch_size_experiment": lambda: plotting.plot_patch_size_experiment(load_results()),
     "plot_position_experiment": lambda: plotting.plot_position_experiment(load_results()),
+    "plot_transfer": lambda: plotting.plot_transfer(load_transfer_results()),
     "plot_confusion": lambda: plotting.plot_confusion(
         torch.eye(10, dtype=torch.long) * 40 + 1,
         torch.rand(20, 1, 8, 8),

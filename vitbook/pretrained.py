@@ -22,7 +22,7 @@ cached (``~/.cache/huggingface``). Without a network and without a cached copy i
 :class:`PretrainedUnavailableError`, which says what to do. The converters of
 :mod:`vitbook.convert` are re-exported here.
 
-See chapters: Training and classification; A pretrained ViT.
+See chapters: Training and classification; A pretrained ViT; Fine-tuning a pretrained ViT.
 """
 
 from __future__ import annotations
@@ -317,6 +317,8 @@ def load_pretrained(
     cache_dir: str | Path | None = None,
     local_files_only: bool = False,
     device: str | torch.device = "cpu",
+    num_classes: int | None = None,
+    class_names: tuple[str, ...] | None = None,
     **overrides: object,
 ) -> PretrainedViT:
     """A Hugging Face ViT checkpoint as vitbook's own ``VisionTransformer``, with class names.
@@ -332,11 +334,17 @@ def load_pretrained(
         cache_dir: the Hugging Face cache to use instead of the default.
         local_files_only: never use the network; read the cache only.
         device: where to put the model.
+        num_classes: for fine-tuning on another task: replace the checkpoint's head by a new,
+            zero-initialised one with this many classes, as the ViT paper does
+            (``VisionTransformer.reset_classifier``); ``None`` keeps the checkpoint's head.
+        class_names: names for the new head's classes (one per class); without them, with
+            ``num_classes``, they are ``"class 0"``, ``"class 1"``, ...
         **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
 
     Returns:
         A :class:`PretrainedViT`; ``mean`` and ``std`` come from the preprocessor config
-        (0.5 per channel, the ViT image processor's default, when there is none).
+        (0.5 per channel, the ViT image processor's default, when there is none), also with a
+        new head: a fine-tuned model still takes its inputs the way it was pre-trained.
 
     Raises:
         PretrainedUnavailableError: offline with no cached copy, or huggingface_hub missing.
@@ -347,6 +355,7 @@ def load_pretrained(
             number per channel, or weights that do not convert (see
             :func:`from_hf_state_dict`).
         TypeError: a mistyped argument or config entry.
+        ValueError: ``class_names`` without ``num_classes`` or not one per class.
 
     Example:
         >>> import tempfile
@@ -371,8 +380,12 @@ def load_pretrained(
         model = from_hf_state_dict(weights, hf_config, **overrides)
     except (TypeError, ValueError) as err:
         raise _checks.same_kind(err)(f"the checkpoint {name!r} does not convert: {err}") from err
+    if num_classes is not None:
+        _checks.integer("num_classes", num_classes, minimum=1, fix="e.g. num_classes=10")
+        model.reset_classifier(num_classes)  # zero-initialised, as in the paper's Section 3.2
     classes = model.config.num_classes
-    names = hf_class_names(hf_config) or tuple(f"class {i}" for i in range(classes))
+    names = _new_class_names(class_names, num_classes) or hf_class_names(hf_config)
+    names = names or tuple(f"class {i}" for i in range(classes))
     channels = model.config.in_chans
     mean, std = (
         _per_channel(name, key, processor.get(key, 0.5), channels)
@@ -380,6 +393,26 @@ def load_pretrained(
     )
     return PretrainedViT(model=model.to(device), class_names=names, mean=mean, std=std,
                          source=name)
+
+
+def _new_class_names(
+    class_names: tuple[str, ...] | None, num_classes: int | None
+) -> tuple[str, ...] | None:
+    """The names of a new head's classes, checked; None to keep the checkpoint's."""
+    if class_names is None:
+        return None if num_classes is None else tuple(f"class {i}" for i in range(num_classes))
+    if num_classes is None:
+        raise ValueError(
+            "class_names names the classes of a new head; pass num_classes too, e.g. "
+            f"num_classes={len(class_names)}."
+        )
+    names = tuple(class_names)
+    if len(names) != num_classes or not all(isinstance(n, str) for n in names):
+        raise ValueError(
+            f"class_names has {len(names)} entries for num_classes={num_classes}; give one "
+            "str per class."
+        )
+    return names
 
 
 def _per_channel(name: str, key: str, value: object, channels: int) -> tuple[float, ...]:

@@ -85,6 +85,7 @@ from vitbook.plotting.training import (
     plot_lr_schedule,
     plot_predictions,
 )
+from vitbook.plotting.transfer import plot_transfer
 
 __all__ = [
     "COLUMN_WIDTH",
@@ -132,6 +133,7 @@ __all__ = [
     "plot_sincos",
     "plot_softmax_saturation",
     "plot_top_classes",
+    "plot_transfer",
     "plot_weight_table",
     "use_book_style",
 ]

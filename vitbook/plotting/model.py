@@ -261,6 +261,11 @@ def plot_resampled_positions(
                 )
                 bar.set_ticks([vmin, (vmin + vmax) / 2, vmax])  # ends apart from the next bar's
                 bar.ax.xaxis.set_major_formatter("{x:.2g}")
+                # the end labels inside their own bar, so that "0.61" and "-0.61" of two
+                # neighbouring bars do not run into each other
+                for tick, align in zip(bar.ax.xaxis.get_major_ticks(), ("left", "center", "right"),
+                                       strict=True):  # fmt: skip
+                    tick.label1.set_horizontalalignment(align)
                 bar.set_label(f"{what}, {vmin:.2g} .. {vmax:.2g}")
         row, col = queries[r]
         row_axes[2].plot(col, row, "+", color=HIGHLIGHT, ms=12, mew=2)
