@@ -127,7 +127,8 @@ class Normalize(nn.Module):
         return f"mean={self.mean.flatten().tolist()}, std={self.std.flatten().tolist()}"
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return (images - self.mean) / self.std
+        mean, std = self.mean.to(images.dtype), self.std.to(images.dtype)
+        return (images - mean) / std  # (B, C, H, W)
 
 
 def _checksum(*arrays: np.ndarray) -> str:

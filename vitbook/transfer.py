@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitbook import _checks
+from vitbook.cifar import Normalize
 from vitbook.positional import resample_pos_embed
 from vitbook.pretrained import PretrainedViT
 from vitbook.vit import VisionTransformer
@@ -151,8 +152,10 @@ def freeze_body(model: VisionTransformer) -> Frozen:
     return Frozen(tuple(frozen), tuple(trainable), frozen_numbers, trainable_numbers)
 
 
-class Preprocess(nn.Module):
+class Preprocess(Normalize):
     """Resize images to a model's size, then normalise each channel: a checkpoint's preprocessing.
+
+    A :class:`vitbook.cifar.Normalize` with a resize in front.
 
     The same computation as :meth:`vitbook.pretrained.PretrainedViT.preprocess` (bilinear
     resizing with antialiasing, then ``(x - mean) / std``), as a layer: put in front of a model,
@@ -182,29 +185,16 @@ class Preprocess(nn.Module):
     def __init__(
         self, size: int | tuple[int, int], mean: tuple[float, ...], std: tuple[float, ...]
     ) -> None:
-        super().__init__()
+        super().__init__(mean, std)
         self.size = _checks.pair("size", size)
-        if len(mean) != len(std) or not mean:
-            raise ValueError(
-                f"mean has {len(mean)} values and std {len(std)}; give one of each per channel."
-            )
-        for c, (m, s) in enumerate(zip(mean, std, strict=True)):
-            _checks.real(f"mean[{c}]", m)
-            _checks.real(f"std[{c}]", s, low=0, open_low=True, fix="a standard deviation is > 0")
-        self.register_buffer("mean", torch.tensor(mean)[:, None, None], persistent=False)
-        self.register_buffer("std", torch.tensor(std)[:, None, None], persistent=False)
 
     def extra_repr(self) -> str:
-        return (
-            f"size={self.size}, mean={self.mean.flatten().tolist()}, "
-            f"std={self.std.flatten().tolist()}"
-        )
+        return f"size={self.size}, {super().extra_repr()}"
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if tuple(images.shape[-2:]) != self.size:
             images = F.interpolate(images, size=self.size, mode="bilinear", antialias=True)
-        mean, std = self.mean.to(images.dtype), self.std.to(images.dtype)
-        return (images - mean) / std  # (B, C, H, W)
+        return super().forward(images)  # (B, C, H, W)
 
 
 class Preprocessed(nn.Module):
