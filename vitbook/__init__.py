@@ -10,7 +10,8 @@ Helpers, imported on demand: :mod:`vitbook.data` (sample photos and digits, offl
 :mod:`vitbook.checkpoints` (saving and loading vitbook model files), :mod:`vitbook.baselines`
 (CNNs for the digits and for photos), :mod:`vitbook.experiments` (the measured
 experiments shipped with the package), :mod:`vitbook.transfer` and :mod:`vitbook.transfer_digits`
-(fine-tuning a pretrained ViT, and its measured miniature), :mod:`vitbook.convert` (timm and
+(fine-tuning a pretrained ViT, and its measured miniature), :mod:`vitbook.tables` (result
+tables for the HTML book, notebooks and terminals), :mod:`vitbook.convert` (timm and
 Hugging Face state dicts), :mod:`vitbook.plotting` (matplotlib figures) and :mod:`vitbook.widgets`
 (interactive figures).
 Importing vitbook has no side effects and imports no optional dependency.
