@@ -470,6 +470,13 @@ def test_copies_install_the_commit_they_were_made_from(tmp_path, monkeypatch):
         colab.pin_install('%pip install -q "vitbook"', book)
 
 
+def test_the_publish_workflow_passes_the_commit_it_builds():
+    workflow = read_yaml(".github/workflows/publish.yml")
+    steps = {step.get("run"): step for step in workflow["jobs"]["build"]["steps"]}
+    for command in ("python3 tasks.py book", "python3 tasks.py colab"):
+        assert steps[command]["env"][colab.COMMIT_VARIABLE] == "${{ github.sha }}", command
+
+
 def test_citations_inside_parentheses_keep_one_pair(chapter):
     bib = f"{chapter.book.site}book/bibliography.html#cite-dosovitskiy2021vit"
     assert chapter.markdown("(Section 3.2 of\n{cite}`dosovitskiy2021vit`), then") == (

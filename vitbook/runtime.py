@@ -6,7 +6,8 @@ code on a stand-in. :func:`detect_runtime` is how they find out where they are::
     runtime = detect_runtime()
     print(runtime)  # e.g. "a GPU: Tesla T4 (cuda:0), training in fp16, in Colab"
 
-and :meth:`Runtime.load_cifar10` reads CIFAR-10 with a validation share held out.
+and :meth:`Runtime.load_cifar10` reads CIFAR-10 with a validation share held out. Where a chapter
+runs a stand-in instead of the real thing, :func:`note` says so in a box under the cell.
 
 Every branch of those chapters runs in the book's tests, on a CPU, because two environment
 variables steer what this module reports (a reader never needs them):
@@ -23,8 +24,10 @@ See chapters: Real photos on a GPU; Fine-tuning a pretrained ViT.
 
 from __future__ import annotations
 
+import html
 import os
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +36,7 @@ import torch
 from vitbook import _checks
 from vitbook.cifar import ImageSplits, load_cifar10
 
-__all__ = ["CIFAR10_TRAIN_PHOTOS", "Runtime", "detect_runtime"]
+__all__ = ["CIFAR10_TRAIN_PHOTOS", "Note", "Runtime", "detect_runtime", "note"]
 
 SIMULATE_GPU = "VITBOOK_SIMULATE_GPU"
 CIFAR10_FILE = "VITBOOK_CIFAR10"
@@ -165,3 +168,48 @@ def detect_runtime() -> Runtime:
             cifar10_file=cifar10_file,
         )
     return Runtime(torch.device("cpu"), None, "fp32", colab, cifar10_file=cifar10_file)
+
+
+@dataclass(frozen=True)
+class Note:
+    """A boxed note for the reader, shown under a cell: what ran here instead of the real thing.
+
+    Front ends show its HTML (an admonition, as the HTML book draws them); a terminal or
+    ``print`` gets the text, wrapped to 76 characters.
+
+    Example:
+        >>> print(Note("Offline", "The cells below ran on a stand-in."))
+        Note: Offline
+        The cells below ran on a stand-in.
+
+    See chapters: A pretrained ViT; Fine-tuning a pretrained ViT.
+    """
+
+    title: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"Note: {self.title}\n" + textwrap.fill(self.text, 76)
+
+    def _repr_html_(self) -> str:
+        return (
+            '<div class="admonition note"><p class="admonition-title">'
+            f"{html.escape(self.title)}</p><p>{html.escape(self.text)}</p></div>"
+        )
+
+
+def note(title: str, text: str) -> None:
+    """Show a :class:`Note` under the running cell (printed outside a notebook).
+
+    See chapters: A pretrained ViT; Fine-tuning a pretrained ViT.
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # no IPython: a script
+        print(Note(title, text))
+        return
+    if get_ipython() is None:
+        print(Note(title, text))
+    else:
+        display(Note(title, text))

@@ -1,0 +1,208 @@
+"""Every branch of the chapters that behave differently where they run, executed on this CPU.
+
+A chapter that needs a GPU, a download or Colab runs its stand-in branch everywhere the book is
+built and tested; nbval runs that one (tests/test_book.py). This module runs the others, with the
+chapter's own cells and its own asserts, steered from outside the notebook:
+
+- a GPU: ``VITBOOK_SIMULATE_GPU=fp16``, which makes ``vitbook.runtime.detect_runtime`` report a
+  T4's branch (fp16 mixed precision) and run it on the CPU;
+- CIFAR-10: ``VITBOOK_CIFAR10``, a ``.npz`` of a few hundred photos of CIFAR-10's shapes
+  (``hubtools.write_cifar10_like``), or a missing file for "no data";
+- a checkpoint: a Hugging Face cache on disk holding a random ViT under the checkpoint's name
+  (``hubtools.vit_cache``), ``HF_HUB_OFFLINE=1`` always; an empty cache for "no checkpoint";
+- Colab: a cell run before the chapter's puts a module ``google.colab`` in ``sys.modules`` and
+  replaces the ``%pip`` magic by one that records its arguments, so the install cell takes its
+  Colab path without installing anything. Colab branches run the generated Colab copy.
+
+To stay cheap (a few seconds each), a test runs the set-up cell (the first after the install
+cell) and the cells of the section that branches, not the whole chapter, and the fine-tuning
+chapter's checkpoint is a ViT with ViT-B/16's input (224 px, 16 px patches, the checkpoint's
+normalisation) but 1 block of width 32: on this CPU one training step of ViT-B/16 itself takes
+about 3.4 s per photo in fp32 and far longer in fp16, which autocast computes there without fast
+kernels. The pretrained chapter's online branch asserts ViT-B/16's own sizes, so it runs on a
+random ViT-B/16, whole. Each test prints the seconds it took.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from booktools import ROOT, kernel_env
+from hubtools import vit_cache, write_cifar10_like
+
+from vitbook.pretrained import DEFAULT_CHECKPOINT
+
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import colab  # noqa: E402  (book/_ext is Sphinx's extension folder, not a package)
+
+pytestmark = pytest.mark.book
+transformers = pytest.importorskip("transformers")
+
+FAKE_COLAB = """import sys
+import types
+
+sys.modules["google.colab"] = types.ModuleType("google.colab")
+PIP_CALLS = []
+get_ipython().register_magic_function(PIP_CALLS.append, "line", "pip")"""
+SHOW_PIP = 'print("pip calls:", PIP_CALLS)'
+# A ViT with ViT-B/16's input and normalisation, small enough to train on a CPU in a test.
+SMALL_VIT = {
+    "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+    "intermediate_size": 64, "image_size": 224, "patch_size": 16,
+}  # fmt: skip
+
+
+def text(cell) -> str:
+    return cell.source if isinstance(cell.source, str) else "".join(cell.source)
+
+
+def chapter(page: str, *, in_colab: bool) -> nbformat.NotebookNode:
+    """The chapter as a reader runs it: the source, or in Colab the generated copy."""
+    if not in_colab:
+        return nbformat.read(ROOT / f"{page}.ipynb", as_version=4)
+    book = colab.load_book(ROOT)
+    book.commit = colab.source_commit(ROOT)
+    return nbformat.from_dict(colab.convert_notebook(book, page))
+
+
+def section_cells(notebook, heading: str) -> list:
+    """The code cells of the section under ``## heading``, up to the next ``## `` heading."""
+    cells, inside = [], False
+    for cell in notebook.cells:
+        lines = text(cell).splitlines() if cell.cell_type == "markdown" else []
+        if any(line.startswith("## ") for line in lines):
+            inside = f"## {heading}" in lines
+        elif inside and cell.cell_type == "code":
+            cells.append(cell)
+    assert cells, f"no code cells under '## {heading}'"
+    return cells
+
+
+def run(page: str, heading: str | None, monkeypatch, *, in_colab: bool = False, **env: str):
+    """Run a chapter's install and set-up cells, then the section's (or every) code cell.
+
+    Returns what the cells printed or showed (text and HTML) and the seconds they took.
+    """
+    from nbclient import NotebookClient
+
+    notebook = chapter(page, in_colab=in_colab)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    chosen = code if heading is None else [*code[:2], *section_cells(notebook, heading)]
+    if in_colab:
+        chosen = [nbformat.v4.new_code_cell(FAKE_COLAB), *chosen,
+                  nbformat.v4.new_code_cell(SHOW_PIP)]  # fmt: skip
+    for name, value in {**kernel_env(), "VITBOOK_STATIC_FIGURES": "0", "VITBOOK_PROGRESS": "0",
+                        "HF_HUB_OFFLINE": "1", **env}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    for name in ("VITBOOK_SIMULATE_GPU", "VITBOOK_CIFAR10"):
+        if name not in env:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    run_notebook = nbformat.v4.new_notebook(cells=chosen, metadata=notebook.metadata)
+    start = time.monotonic()
+    NotebookClient(
+        run_notebook, timeout=300, kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "book")}},
+    ).execute()  # fmt: skip
+    seconds = time.monotonic() - start
+    shown = []
+    for cell in run_notebook.cells:
+        for output in cell.get("outputs", []):
+            shown.append(output.get("text", ""))
+            shown.append(output.get("data", {}).get("text/plain", ""))
+            shown.append(output.get("data", {}).get("text/html", ""))
+    return "\n".join(shown), seconds
+
+
+def notes(shown: str) -> list[str]:
+    """The text of each boxed note (vitbook.runtime.note) that the cells showed."""
+    return [part.split("</div>")[0] for part in shown.split('<div class="admonition note">')[1:]]
+
+
+def pip_calls(shown: str) -> list[str]:
+    line = next(line for line in shown.splitlines() if line.startswith("pip calls: "))
+    return ast.literal_eval(line.removeprefix("pip calls: "))
+
+
+def installs_this_commit(shown: str) -> None:
+    """The copy's install cell took its Colab path: one pip call, for this commit."""
+    url = colab.read_config(ROOT)["repository"]["url"]
+    assert pip_calls(shown) == [f'install -q "vitbook @ git+{url}@{colab.source_commit(ROOT)}"']
+
+
+# --- the Colab install cell, in every copy ---------------------------------------------------
+
+
+def test_every_copys_install_cell_installs_its_commit_in_colab_only(tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    book = colab.load_book(ROOT)
+    book.commit = colab.source_commit(ROOT)
+    pages = colab.chapters(book)
+    installs = [
+        nbformat.v4.new_code_cell(colab.convert_notebook(book, page)["cells"][0]["source"])
+        for page in pages
+    ]
+    for name, value in kernel_env().items():
+        monkeypatch.setenv(name, value)
+    again = [nbformat.v4.new_code_cell(cell.source) for cell in installs]
+    cells = [*installs, nbformat.v4.new_code_cell(FAKE_COLAB), *again,
+             nbformat.v4.new_code_cell(SHOW_PIP)]  # fmt: skip
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    start = time.monotonic()
+    NotebookClient(notebook, timeout=60, kernel_name="python3").execute()
+    shown = "\n".join(out.get("text", "") for cell in notebook.cells for out in cell.outputs)
+    url = colab.read_config(ROOT)["repository"]["url"]
+    expected = f'install -q "vitbook @ git+{url}@{book.commit}"'
+    # Outside Colab (the first round) nothing; in Colab, one install per chapter.
+    assert pip_calls(shown) == [expected] * len(pages) and len(pages) >= 10
+    print(f"install cells of {len(pages)} copies: {time.monotonic() - start:.1f} s")
+
+
+# --- A pretrained ViT: online and offline ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vit_b16_hub(tmp_path_factory) -> Path:
+    """A Hugging Face home whose cache holds a random ViT-B/16 as google/vit-base-patch16-224."""
+    home = tmp_path_factory.mktemp("vit-b16")
+    vit_cache(home, DEFAULT_CHECKPOINT)
+    return home
+
+
+def hub(home: Path) -> dict[str, str]:
+    return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub")}
+
+
+def test_pretrained_online_runs_every_cell_on_vit_b16(vit_b16_hub, monkeypatch):
+    shown, seconds = run("book/pretrained", None, monkeypatch, **hub(vit_b16_hub))
+    assert f"model: {DEFAULT_CHECKPOINT}\n" in shown
+    assert "224 x 224 pixels, 14 x 14 patches of 16 x 16, D = 768\n12 blocks of 12 heads" in shown
+    assert "86,567,656 parameters, 1000 classes" in shown and "grace_hopper\n" in shown
+    assert not notes(shown), "the note is for runs without a network only"
+    assert "digits" not in shown and "Exercise 2: correct" in shown
+    print(f"pretrained, online (ViT-B/16, every cell): {seconds:.1f} s")
+
+
+@pytest.mark.parametrize("in_colab", [False, True], ids=["offline", "offline-in-colab"])
+def test_pretrained_offline_says_so_in_the_words_of_where_it_runs(tmp_path, monkeypatch, in_colab):
+    shown, seconds = run("book/pretrained", "Loading ViT-B/16", monkeypatch, in_colab=in_colab,
+                         **hub(tmp_path))  # an empty cache  # fmt: skip
+    (shown_note,) = notes(shown)
+    assert "Without a network: the digits ViT stands in for ViT-B/16" in shown_note
+    assert "there was no network where these cells ran" in shown_note
+    if in_colab:
+        assert "check the runtime&#x27;s connection and run the notebook again" in shown_note
+        assert "open the chapter in Colab" not in shown_note
+        installs_this_commit(shown)
+    else:
+        assert "open the chapter in Colab, or run it with a network" in shown_note
+    for log_text in ("HF_HUB_OFFLINE", "Error", "error", "Traceback", "huggingface_hub", "http"):
+        assert log_text not in shown_note, f"the note reads like a log: {log_text!r}"
+    assert "model: vitbook digits ViT (" in shown
+    print(f"pretrained, offline{' in Colab' if in_colab else ''}: {seconds:.1f} s")
