@@ -18,6 +18,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 # The preprocessor_config.json of google/vit-base-patch16-224, in its older feature-extractor form.
 VIT_PREPROCESSOR = {
     "do_normalize": True,
@@ -74,6 +76,19 @@ def vit_cache(folder: Path, repo_id: str, *, seed: int = 0, **config: object) ->
     add_snapshot(folder / "hub", repo_id, folder / "saved", preprocessor=VIT_PREPROCESSOR)
     shutil.rmtree(folder / "saved")
     return model
+
+
+@pytest.fixture(scope="session")
+def vit_b16_home(tmp_path_factory) -> Path:
+    """A Hugging Face home whose cache holds a random ViT-B/16 as google/vit-base-patch16-224.
+
+    Its labels read like ImageNet's ("class 7, synonym of class 7"). Shared by the tests of the
+    session that import it: writing the 350 MB once is what takes the time.
+    """
+    home = tmp_path_factory.mktemp("vit-b16")
+    labels = {k: f"class {k}, synonym of class {k}" for k in range(1000)}
+    vit_cache(home, "google/vit-base-patch16-224", id2label=labels)
+    return home
 
 
 def write_cifar10_like(path: Path, *, n_train: int, n_test: int, seed: int = 0) -> Path:

@@ -26,6 +26,7 @@ random ViT-B/16, whole. Each test prints the seconds it took.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from booktools import ROOT, kernel_env
-from hubtools import vit_cache, write_cifar10_like
+from hubtools import vit_b16_home, vit_cache, write_cifar10_like  # noqa: F401 (a fixture)
 
 from vitbook.pretrained import DEFAULT_CHECKPOINT
 
@@ -167,23 +168,16 @@ def test_every_copys_install_cell_installs_its_commit_in_colab_only(tmp_path, mo
 # --- A pretrained ViT: online and offline ------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def vit_b16_hub(tmp_path_factory) -> Path:
-    """A Hugging Face home whose cache holds a random ViT-B/16 as google/vit-base-patch16-224."""
-    home = tmp_path_factory.mktemp("vit-b16")
-    vit_cache(home, DEFAULT_CHECKPOINT)
-    return home
-
-
 def hub(home: Path) -> dict[str, str]:
     return {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub")}
 
 
-def test_pretrained_online_runs_every_cell_on_vit_b16(vit_b16_hub, monkeypatch):
-    shown, seconds = run("book/pretrained", None, monkeypatch, **hub(vit_b16_hub))
+def test_pretrained_online_runs_every_cell_on_vit_b16(vit_b16_home, monkeypatch):  # noqa: F811
+    shown, seconds = run("book/pretrained", None, monkeypatch, **hub(vit_b16_home))
     assert f"model: {DEFAULT_CHECKPOINT}\n" in shown
     assert "224 x 224 pixels, 14 x 14 patches of 16 x 16, D = 768\n12 blocks of 12 heads" in shown
     assert "86,567,656 parameters, 1000 classes" in shown and "grace_hopper\n" in shown
+    assert re.search(r"%  class \d+\n", shown), "the top 5 name the checkpoint's classes"
     assert not notes(shown), "the note is for runs without a network only"
     assert "digits" not in shown and "Exercise 2: correct" in shown
     print(f"pretrained, online (ViT-B/16, every cell): {seconds:.1f} s")
@@ -206,3 +200,97 @@ def test_pretrained_offline_says_so_in_the_words_of_where_it_runs(tmp_path, monk
         assert log_text not in shown_note, f"the note reads like a log: {log_text!r}"
     assert "model: vitbook digits ViT (" in shown
     print(f"pretrained, offline{' in Colab' if in_colab else ''}: {seconds:.1f} s")
+
+
+# --- Fine-tuning a pretrained ViT: a T4 in Colab, no GPU, no data, no checkpoint ---------------
+
+VIT_SECTION = "ViT-B/16 on CIFAR-10"
+
+
+@pytest.fixture(scope="module")
+def small_vit_home(tmp_path_factory) -> Path:
+    """A Hugging Face home holding a small random ViT as google/vit-base-patch16-224."""
+    home = tmp_path_factory.mktemp("small-vit")
+    vit_cache(home, DEFAULT_CHECKPOINT, **SMALL_VIT)
+    return home
+
+
+@pytest.fixture(scope="module")
+def cifar10_file(tmp_path_factory) -> Path:
+    """300 photos of CIFAR-10's shapes and layout: 200 for training, 100 for testing."""
+    return write_cifar10_like(tmp_path_factory.mktemp("cifar") / "cifar10.npz",
+                              n_train=200, n_test=100)  # fmt: skip
+
+
+def one_epoch_lines(shown: str) -> dict[str, list[float]]:
+    """{method: mean training loss of each epoch}, as the chapter prints them."""
+    found = re.findall(r"(linear probe|fine-tune): mean training loss per epoch ([0-9., ]+)\n",
+                       shown)  # fmt: skip
+    assert [method for method, _ in found] == ["linear probe", "fine-tune"], shown[-3000:]
+    return {method: [float(x) for x in losses.split(", ")] for method, losses in found}
+
+
+def test_finetuning_on_a_t4_in_colab_follows_the_authors_recipe(
+    small_vit_home, cifar10_file, monkeypatch
+):
+    """The Colab reader's run: a T4 (fp16), the checkpoint, CIFAR-10, the copy's install cell."""
+    shown, seconds = run("book/finetuning", VIT_SECTION, monkeypatch, in_colab=True,
+                         VITBOOK_SIMULATE_GPU="fp16", VITBOOK_CIFAR10=str(cifar10_file),
+                         **hub(small_vit_home))  # fmt: skip
+    installs_this_commit(shown)
+    assert "a GPU: a simulated GPU (fp16 on the CPU) (cpu), training in fp16, in Colab" in shown
+    assert not notes(shown), "the real run needs no note"
+    assert f"model: {DEFAULT_CHECKPOINT}, 10 classes" in shown
+    assert f"data: npz file {cifar10_file}\n  190 training, 10 validation, 100 test" in shown
+    assert "logits all zero: True; loss 2.302585, ln 10 = 2.302585" in shown
+    losses = one_epoch_lines(shown)
+    assert all(len(epochs) == 1 for epochs in losses.values()), "one pass each"
+    assert shown.count("validation accuracy ") == 2 and shown.count(" in fp16\n") == 2
+    assert "paper, Table 5" in shown and "98.95%" in shown, "the test table beside the paper's"
+    assert "transformers: " in shown and "new head (10, 32)" in shown, "from the cache"
+    assert "timm: not loaded here, not installed" in shown
+    print(f"fine-tuning, a T4 in Colab with the data: {seconds:.1f} s")
+
+
+def test_finetuning_without_a_gpu_in_colab_tells_the_reader_to_switch(small_vit_home, monkeypatch):
+    shown, seconds = run("book/finetuning", VIT_SECTION, monkeypatch, in_colab=True,
+                         **hub(small_vit_home))  # fmt: skip
+    installs_this_commit(shown)
+    (shown_note,) = notes(shown)
+    assert "Without a GPU, the cells below train ViT-B/16 for three steps" in shown_note
+    assert "Choose Runtime &gt; Change runtime type &gt; T4 GPU" in shown_note
+    assert "open the chapter in Colab" not in shown_note.lower()
+    assert "model: google/vit-base-patch16-224, 3 classes" in shown
+    assert "logits all zero: True; loss 1.098612, ln 3 = 1.098612" in shown
+    for method, epochs in one_epoch_lines(shown).items():
+        assert len(epochs) == 3 and epochs[-1] < epochs[0], method
+    print(f"fine-tuning, the checkpoint without a GPU, in Colab: {seconds:.1f} s")
+
+
+def test_finetuning_on_a_gpu_without_the_data_says_what_is_missing(
+    small_vit_home, tmp_path, monkeypatch
+):
+    shown, seconds = run("book/finetuning", VIT_SECTION, monkeypatch,
+                         VITBOOK_SIMULATE_GPU="fp16",
+                         VITBOOK_CIFAR10=str(tmp_path / "missing.npz"),
+                         **hub(small_vit_home))  # fmt: skip
+    (shown_note,) = notes(shown)
+    assert "Without CIFAR-10, the cells below train ViT-B/16 for three steps" in shown_note
+    assert "Open the chapter in Colab with a GPU runtime" in shown_note
+    for log_text in ("Error", "Traceback", "missing.npz", "http"):
+        assert log_text not in shown_note
+    assert shown.count(" in fp16\n") == 2, "the GPU's precision, on the stand-in too"
+    print(f"fine-tuning, a GPU without CIFAR-10: {seconds:.1f} s")
+
+
+def test_finetuning_without_the_checkpoint_trains_a_small_stand_in(tmp_path, monkeypatch):
+    """The branch of the HTML book and of nbval: no GPU, no network, an empty cache."""
+    shown, seconds = run("book/finetuning", VIT_SECTION, monkeypatch, **hub(tmp_path))
+    (shown_note,) = notes(shown)
+    assert ("Without a GPU and without the ViT-B/16 checkpoint, the cells below train a small "
+            "untrained ViT for three steps") in shown_note  # fmt: skip
+    assert "model: an untrained 2-block ViT (stand-in), 3 classes" in shown
+    assert "transformers: not loaded here, offline" in shown
+    for method, epochs in one_epoch_lines(shown).items():
+        assert epochs[-1] < epochs[0], method
+    print(f"fine-tuning, no checkpoint and no GPU: {seconds:.1f} s")
