@@ -91,6 +91,22 @@ def vit_b16_home(tmp_path_factory) -> Path:
     return home
 
 
+# A ViT with ViT-B/16's input and normalisation (224 px, 16 px patches), small enough to train
+# on a CPU in a test: one training step of ViT-B/16 itself takes about 3.4 s per photo there.
+SMALL_VIT = {
+    "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+    "intermediate_size": 64, "image_size": 224, "patch_size": 16,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def small_vit_home(tmp_path_factory) -> Path:
+    """A Hugging Face home holding a small random ViT (:data:`SMALL_VIT`) under ViT-B/16's name."""
+    home = tmp_path_factory.mktemp("small-vit")
+    vit_cache(home, "google/vit-base-patch16-224", **SMALL_VIT)
+    return home
+
+
 def write_cifar10_like(path: Path, *, n_train: int, n_test: int, seed: int = 0) -> Path:
     """A ``.npz`` in CIFAR-10's layout: ``x_train`` (n_train, 32, 32, 3) uint8, ``y_train``, ...
 

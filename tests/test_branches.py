@@ -17,9 +17,9 @@ chapter's own cells and its own asserts, steered from outside the notebook:
 To stay cheap (a few seconds each), a test runs the set-up cell (the first after the install
 cell) and the cells of the section that branches, not the whole chapter, and the fine-tuning
 chapter's checkpoint is a ViT with ViT-B/16's input (224 px, 16 px patches, the checkpoint's
-normalisation) but 1 block of width 32: on this CPU one training step of ViT-B/16 itself takes
-about 3.4 s per photo in fp32 and far longer in fp16, which autocast computes there without fast
-kernels. The pretrained chapter's online branch asserts ViT-B/16's own sizes, so it runs on a
+normalisation) but 1 block of width 32 (``hubtools.SMALL_VIT``): on this CPU one training step of
+ViT-B/16 itself took 13.7 s for 4 photos in fp32 and 395 s in fp16, which autocast computes there
+without fast kernels. The pretrained chapter's online branch asserts ViT-B/16's own sizes, so it runs on a
 random ViT-B/16, whole. Each test prints the seconds it took.
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from booktools import ROOT, kernel_env
-from hubtools import vit_b16_home, vit_cache, write_cifar10_like  # noqa: F401 (a fixture)
+from hubtools import small_vit_home, vit_b16_home, write_cifar10_like  # noqa: F401 (fixtures)
 
 from vitbook.pretrained import DEFAULT_CHECKPOINT
 
@@ -51,11 +51,6 @@ sys.modules["google.colab"] = types.ModuleType("google.colab")
 PIP_CALLS = []
 get_ipython().register_magic_function(PIP_CALLS.append, "line", "pip")"""
 SHOW_PIP = 'print("pip calls:", PIP_CALLS)'
-# A ViT with ViT-B/16's input and normalisation, small enough to train on a CPU in a test.
-SMALL_VIT = {
-    "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-    "intermediate_size": 64, "image_size": 224, "patch_size": 16,
-}  # fmt: skip
 
 
 def text(cell) -> str:
@@ -208,14 +203,6 @@ VIT_SECTION = "ViT-B/16 on CIFAR-10"
 
 
 @pytest.fixture(scope="module")
-def small_vit_home(tmp_path_factory) -> Path:
-    """A Hugging Face home holding a small random ViT as google/vit-base-patch16-224."""
-    home = tmp_path_factory.mktemp("small-vit")
-    vit_cache(home, DEFAULT_CHECKPOINT, **SMALL_VIT)
-    return home
-
-
-@pytest.fixture(scope="module")
 def cifar10_file(tmp_path_factory) -> Path:
     """300 photos of CIFAR-10's shapes and layout: 200 for training, 100 for testing."""
     return write_cifar10_like(tmp_path_factory.mktemp("cifar") / "cifar10.npz",
@@ -231,7 +218,7 @@ def one_epoch_lines(shown: str) -> dict[str, list[float]]:
 
 
 def test_finetuning_on_a_t4_in_colab_follows_the_authors_recipe(
-    small_vit_home, cifar10_file, monkeypatch
+    small_vit_home, cifar10_file, monkeypatch  # noqa: F811
 ):
     """The Colab reader's run: a T4 (fp16), the checkpoint, CIFAR-10, the copy's install cell."""
     shown, seconds = run("book/finetuning", VIT_SECTION, monkeypatch, in_colab=True,
@@ -252,7 +239,9 @@ def test_finetuning_on_a_t4_in_colab_follows_the_authors_recipe(
     print(f"fine-tuning, a T4 in Colab with the data: {seconds:.1f} s")
 
 
-def test_finetuning_without_a_gpu_in_colab_tells_the_reader_to_switch(small_vit_home, monkeypatch):
+def test_finetuning_without_a_gpu_in_colab_tells_the_reader_to_switch(
+    small_vit_home, monkeypatch  # noqa: F811
+):
     shown, seconds = run("book/finetuning", VIT_SECTION, monkeypatch, in_colab=True,
                          **hub(small_vit_home))  # fmt: skip
     installs_this_commit(shown)
@@ -268,7 +257,7 @@ def test_finetuning_without_a_gpu_in_colab_tells_the_reader_to_switch(small_vit_
 
 
 def test_finetuning_on_a_gpu_without_the_data_says_what_is_missing(
-    small_vit_home, tmp_path, monkeypatch
+    small_vit_home, tmp_path, monkeypatch  # noqa: F811
 ):
     shown, seconds = run("book/finetuning", VIT_SECTION, monkeypatch,
                          VITBOOK_SIMULATE_GPU="fp16",
