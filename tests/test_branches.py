@@ -19,8 +19,8 @@ cell) and the cells of the section that branches, not the whole chapter, and the
 chapter's checkpoint is a ViT with ViT-B/16's input (224 px, 16 px patches, the checkpoint's
 normalisation) but 1 block of width 32 (``hubtools.SMALL_VIT``): on this CPU one training step of
 ViT-B/16 itself took 13.7 s for 4 photos in fp32 and 395 s in fp16, which autocast computes there
-without fast kernels. The pretrained chapter's online branch asserts ViT-B/16's own sizes, so it runs on a
-random ViT-B/16, whole. Each test prints the seconds it took.
+without fast kernels. The pretrained chapter's online branch asserts ViT-B/16's own sizes, so it
+runs on a random ViT-B/16, whole. Each test prints the seconds it took.
 """
 
 from __future__ import annotations
