@@ -11,7 +11,8 @@ from torch import nn
 
 import vitbook
 from vitbook import VisionTransformer, ViTConfig
-from vitbook.train import History, evaluate, fit, plot_history, predict, random_shift
+from vitbook.plotting import plot_history
+from vitbook.train import History, evaluate, fit, predict, random_shift
 
 
 def toy_problem(n=48):
