@@ -15,15 +15,15 @@ chapter's own cells and its own asserts, steered from outside the notebook:
   replaces the ``%pip`` magic by one that records its arguments, so the install cell takes its
   Colab path without installing anything. Colab branches run the generated Colab copy.
 
-To stay cheap, a branch runs the install and set-up cells (the first two code cells) and the
-cells of the section that branches, not the whole chapter, and the branches of a chapter run one
-after another in one kernel (a cell before each puts the kernel where the branch runs), so that
-the imports are paid once. The fine-tuning chapter's checkpoint is a ViT with ViT-B/16's input
+To stay cheap, a branch runs the install and set-up cells (the code cells before the first section)
+and the cells of the section that branches, not the whole chapter, and the branches of a chapter
+run one after another in one kernel (a cell before each puts the kernel where the branch runs), so
+that the imports are paid once. The fine-tuning chapter's checkpoint is a ViT with ViT-B/16's input
 (224 px, 16 px patches, the checkpoint's normalisation) but 1 block of width 32
-(``hubtools.SMALL_VIT``): on this CPU one training step of ViT-B/16 itself took 13.7 s for 4
-photos in fp32 and 395 s in fp16, which autocast computes there without fast kernels. The
-pretrained chapter's online branch asserts ViT-B/16's own sizes, so it runs on a random
-ViT-B/16, every cell. Each test prints the seconds its branch took in the kernel.
+(``hubtools.SMALL_VIT``): on this CPU one training step of ViT-B/16 itself took 13.7 s for 4 photos
+in fp32 and 395 s in fp16, which autocast computes there without fast kernels. The pretrained
+chapter's online branch asserts ViT-B/16's own sizes, so it runs on a random ViT-B/16, every cell.
+Each test prints the seconds its branch took in the kernel.
 """
 
 from __future__ import annotations
@@ -128,6 +128,18 @@ def section_cells(notebook, heading: str) -> list:
     return cells
 
 
+def preamble_cells(notebook) -> list:
+    """The code cells before the first section after "What you will learn": install, set-up."""
+    cells = []
+    for cell in notebook.cells:
+        lines = text(cell).splitlines() if cell.cell_type == "markdown" else []
+        if any(line.startswith("## ") and line != "## What you will learn" for line in lines):
+            return cells
+        if cell.cell_type == "code":
+            cells.append(cell)
+    raise AssertionError("a chapter without sections")
+
+
 def copy_of(cell) -> nbformat.NotebookNode:
     return nbformat.v4.new_code_cell(text(cell))  # a fresh id: a cell may run more than once
 
@@ -135,7 +147,7 @@ def copy_of(cell) -> nbformat.NotebookNode:
 def run_branches(page: str, branches: list[Branch], monkeypatch, *, cache: Path):
     """Run a chapter's branches one after another in one kernel; ``{name: (shown, seconds)}``.
 
-    Each branch runs the chapter's install and set-up cells (the first two code cells) and the
+    Each branch runs the chapter's install and set-up cells (:func:`preamble_cells`) and the
     code cells of its section (every code cell without one), from the generated copy in Colab,
     after a cell that puts the kernel where the branch runs (:func:`where`). One kernel serves
     them all, so that the imports are paid once. ``cache`` is the Hugging Face home (its
@@ -146,10 +158,9 @@ def run_branches(page: str, branches: list[Branch], monkeypatch, *, cache: Path)
     cells, spans = [], {}
     for branch in branches:
         notebook = chapter(page, in_colab=branch.in_colab)
-        code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-        chosen = code if branch.heading is None else [
-            *code[:2], *section_cells(notebook, branch.heading)
-        ]  # fmt: skip
+        chosen = [cell for cell in notebook.cells if cell.cell_type == "code"]
+        if branch.heading is not None:
+            chosen = [*preamble_cells(notebook), *section_cells(notebook, branch.heading)]
         first = len(cells)
         prelude = where(branch.switches, in_colab=branch.in_colab, checkpoint=branch.checkpoint)
         cells += [nbformat.v4.new_code_cell(prelude), *map(copy_of, chosen),
@@ -375,3 +386,48 @@ def test_finetuning_without_the_checkpoint_trains_a_small_stand_in(finetuning_br
     for method, epochs in one_epoch_lines(shown).items():
         assert epochs[-1] < epochs[0], method
     print(f"fine-tuning, no checkpoint and no GPU: {seconds:.1f} s")
+
+
+# --- Real photos on a GPU: a T4 in Colab with the data, a GPU without it ----------------------
+
+
+@pytest.fixture(scope="module")
+def photos_branches(tmp_path_factory):
+    """The photo chapter on a GPU with 50 CIFAR-shaped photos (every cell, in Colab), and on a
+    GPU without the data (the section that picks the device and the data).
+
+    The GPU trains in fp32 here: the branch trains the photo ViT for 30 epochs, and on this CPU
+    one step of 10 photos took 15 s in fp16 against 1.0 s in fp32 (autocast has no fast fp16
+    kernels here). fp16 itself runs in the fine-tuning chapter's T4 branch.
+    """
+    folder = tmp_path_factory.mktemp("photos")
+    data = write_cifar10_like(folder / "cifar10.npz", n_train=40, n_test=10)
+    gpu = {"VITBOOK_SIMULATE_GPU": "fp32", "VITBOOK_CIFAR10": str(data)}
+    no_data = {"VITBOOK_SIMULATE_GPU": "fp16", "VITBOOK_CIFAR10": str(folder / "missing.npz")}
+    branches = [
+        Branch("a GPU in Colab with the data", None, gpu, in_colab=True),
+        Branch("a GPU without the data", "Three ways to run this chapter", no_data),
+    ]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return data, run_branches("book/photos", branches, monkeypatch, cache=folder / "no-hub")
+
+
+def test_photos_on_a_gpu_in_colab_train_for_real(photos_branches):
+    data, results = photos_branches
+    shown, seconds = results["a GPU in Colab with the data"]
+    installs_this_commit(shown)
+    assert "Live cells: training for real on a simulated GPU (fp32 on the CPU)," in shown
+    assert f"with npz file {data}." in shown
+    assert "30 training, 10 validation, 10 test images of 10 classes" in shown
+    assert re.search(r"\n30 epochs in fp32, [0-9.]+ minutes; validation accuracy", shown)
+    assert re.search(r"\ntest accuracy: [0-9.]+\n", shown), "the test set, read once"
+    print(f"photos, a GPU in Colab with the data (every cell): {seconds:.1f} s")
+
+
+def test_photos_on_a_gpu_without_the_data_fall_back_and_say_why(photos_branches):
+    data, results = photos_branches
+    shown, seconds = results["a GPU without the data"]
+    assert pip_calls(shown) == []
+    assert "Live cells: the stand-in (" in shown and "missing.npz does not exist" in shown
+    assert "120 training, 48 validation, 48 test images of 3 classes" in shown
+    print(f"photos, a GPU without the data: {seconds:.1f} s")

@@ -36,7 +36,7 @@ def test_a_cpu_runtime_trains_in_fp32(clean_env):
     assert str(runtime) == "no GPU: the CPU, training in fp32"
 
 
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
 def test_the_tests_can_take_a_gpus_branch_on_the_cpu(clean_env, precision):
     clean_env.setenv(SIMULATE_GPU, precision)
     runtime = detect_runtime()
@@ -44,7 +44,7 @@ def test_the_tests_can_take_a_gpus_branch_on_the_cpu(clean_env, precision):
     assert runtime.device == torch.device("cpu")
     assert str(runtime).startswith(f"a GPU: a simulated GPU ({precision} on the CPU) (cpu)")
     clean_env.setenv(SIMULATE_GPU, "T4")
-    with pytest.raises(ValueError, match=r"VITBOOK_SIMULATE_GPU='T4' must be fp16 .* or bf16"):
+    with pytest.raises(ValueError, match=r"SIMULATE_GPU='T4' must be fp16 .*, bf16 .* or fp32"):
         detect_runtime()
 
 

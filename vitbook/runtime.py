@@ -12,9 +12,10 @@ runs a stand-in instead of the real thing, :func:`note` says so in a box under t
 Every branch of those chapters runs in the book's tests, on a CPU, because two environment
 variables steer what this module reports (a reader never needs them):
 
-- ``VITBOOK_SIMULATE_GPU=fp16`` (or ``bf16``): report a GPU that trains in that precision, and
-  run on the CPU (autocast computes in fp16 and bf16 there too, slowly). ``fp16`` is a T4's
-  branch, Colab's free GPU.
+- ``VITBOOK_SIMULATE_GPU=fp16`` (or ``bf16``, ``fp32``): report a GPU that trains in that
+  precision, and run on the CPU (autocast computes in fp16 and bf16 there too, slowly). ``fp16``
+  is a T4's branch, Colab's free GPU; ``fp32`` is for a GPU branch too long to run in 16 bits on
+  a CPU, whose autocast has no fast fp16 kernels.
 - ``VITBOOK_CIFAR10=path.npz``: read CIFAR-10 from this file, arrays ``x_train``, ``y_train``,
   ``x_test``, ``y_test`` in torchvision's layout, instead of torchvision's copy. The tests point it
   at a few hundred photos of CIFAR-10's shapes; a reader can point it at their own copy.
@@ -126,7 +127,8 @@ def detect_runtime() -> Runtime:
     module's docstring let the tests take each branch on a CPU.
 
     Raises:
-        ValueError: ``VITBOOK_SIMULATE_GPU`` set to something other than ``fp16`` or ``bf16``.
+        ValueError: ``VITBOOK_SIMULATE_GPU`` set to something other than ``fp16``, ``bf16`` or
+            ``fp32``.
 
     Example:
         >>> import os
@@ -145,10 +147,10 @@ def detect_runtime() -> Runtime:
     cifar10_file = Path(file).expanduser() if file else None
     simulate = os.environ.get(SIMULATE_GPU, "")
     if simulate:
-        if simulate not in ("fp16", "bf16"):
+        if simulate not in ("fp16", "bf16", "fp32"):
             raise ValueError(
-                f"{SIMULATE_GPU}={simulate!r} must be fp16 (a T4's precision) or bf16 (a recent "
-                f"GPU's); unset it to use the real device."
+                f"{SIMULATE_GPU}={simulate!r} must be fp16 (a T4's precision), bf16 (a recent "
+                f"GPU's) or fp32; unset it to use the real device."
             )
         return Runtime(
             device=torch.device("cpu"),

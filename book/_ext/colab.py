@@ -105,6 +105,13 @@ REWORDED = (
         "(The page holds a picture for every choice;",
         "(The HTML book holds a picture for every choice;",
     ),
+    ("says which one built the page you are reading", "says which one this notebook runs in"),
+    ("the data this page was built with", "the data this notebook ran with"),
+    ("the model this page trained", "the model this notebook trained"),
+    ("the live figures of this page show", "the live figures of this notebook show"),
+    ("recorded number on this page", "recorded number in this notebook"),
+    ("Times on this page come", "Times in this notebook come"),
+    ("This page fixes one name", "This chapter fixes one name"),
 )
 
 ADMONITIONS = {
