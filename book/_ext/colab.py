@@ -129,8 +129,8 @@ ADMONITIONS = {
 }
 # `{name}` followed by a code span is a role; a code span alone is literal code, left as it is.
 ROLE_OR_CODE = re.compile(
-    r"(?:\{(?P<role>[a-zA-Z][\w:+-]*)\})?(?P<ticks>`+)(?P<body>.+?)(?P=ticks)"
-)
+    r"(?:\{(?P<role>[a-zA-Z][\w:+-]*)\})?(?P<ticks>`+)(?P<body>.+?)(?P=ticks)", re.S
+)  # re.S: a code span may wrap onto the next line of its paragraph
 FENCE_OPEN = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,}|:{3,})\s*(?P<info>.*)$")
 DIRECTIVE = re.compile(r"^\{(?P<name>[\w:-]+)\}\s*(?P<argument>.*)$")
 TARGET = re.compile(r"^\s*\((?P<label>[^()\s]+)\)=\s*$")
@@ -542,9 +542,12 @@ class Chapter:
             if not opening:
                 if not line.strip() or HEADING.match(line):
                     depth = 0
+                end = i + 1  # a code span left open goes on in the paragraph's next lines
+                while line.count("`") % 2 and end < len(lines) and lines[end].strip():
+                    line, end = f"{line}\n{lines[end]}", end + 1
                 converted, depth = self.inline(line, depth)
-                out.append(converted)
-                i += 1
+                out.extend(converted.split("\n"))
+                i = end
                 continue
             depth = 0
             fence, indent = opening["fence"], opening["indent"]
