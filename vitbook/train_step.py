@@ -185,7 +185,9 @@ class TrainStep:
         x, y, targets, stand_in = self._share(x, y, targets)
         with torch.no_grad():
             torch._foreach_copy_(self.backup, self.state)
-        self.optimizer.zero_grad(set_to_none=True)
+        # Compiled, the gradients are summed into buffers of their own: a CUDA graph's outputs
+        # are overwritten by its next replay, so .grad must never be one of them.
+        self.optimizer.zero_grad(set_to_none=first or self.compiled is None)
         loss_finite = torch.ones((), dtype=torch.bool, device=self.device)
         step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         step_correct = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -242,7 +244,8 @@ class TrainStep:
         self.scaler.update()
         self.scheduler.step()
         floating = [t for t in self.state if t.is_floating_point()]
-        state_finite = torch.nn.utils.get_total_norm(floating).isfinite()
+        # the largest |value|: not finite iff a value is not (a sum of squares could overflow)
+        state_finite = torch.nn.utils.get_total_norm(floating, norm_type="inf").isfinite()
         flags = torch.stack([ok & state_finite, loss_finite]).to(torch.int32)
         if self.world > 1:  # every process takes the same decision
             torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MIN)
