@@ -317,3 +317,11 @@ def test_an_augment_s_or_mix_s_first_output_is_checked(augment, mix, error, matc
     with pytest.raises(error, match=match):
         fit(model, data(), epochs=1, batch_size=8, augment=augment, mix=mix, progress=False)
     assert_bit_identical(model, before)
+
+
+def test_empty_training_or_evaluation_data_are_refused():
+    empty = (torch.zeros(0, 1, 4, 4), torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"train_data has 0 images and 0 labels; .* at least one"):
+        fit(tiny_vit(), empty, epochs=1, progress=False)
+    with pytest.raises(ValueError, match=r"eval_data has 0 images and 0 labels; .* at least one"):
+        fit(tiny_vit(), data(), epochs=1, eval_data=empty, progress=False)

@@ -66,8 +66,9 @@ class Distilled(nn.Module):
         return (logits, dist) if self.training else (logits + dist) / 2
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("case", ["labels", "soft targets", "criterion"])
+@pytest.mark.parametrize(
+    "case, precision", [("labels", "fp32"), ("soft targets", "bf16"), ("criterion", "bf16")]
+)
 def test_the_compiled_step_is_one_graph(case, precision):
     """Forward pass and loss, dropout and stochastic depth on: no graph break (fullgraph)."""
     images, labels = data(6)
@@ -86,6 +87,25 @@ def test_the_compiled_step_is_one_graph(case, precision):
         model = vit(drop_rate=0.1, drop_path_rate=0.1).train()
         step = train_step(model, label_smoothing=0.1, precision=precision)
     count, reasons = breaks(step, images, targets)
+    assert count == 0, reasons
+
+
+@pytest.mark.parametrize("name", ["photo ViT", "ResNet-18"])
+def test_the_benchmarked_models_make_one_step_graph(name):
+    """The photo ViT behind its Normalize, and ResNet-18 (BatchNorm updating its statistics),
+    as benchmarks/gpu.py compiles them, in bf16 with label smoothing."""
+    from vitbook.baselines import CifarResNet18
+    from vitbook.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
+
+    if name == "ResNet-18":
+        model = CifarResNet18()
+    else:
+        model = VisionTransformer(ViTConfig(img_size=32, patch_size=4, num_classes=10,
+                                            embed_dim=256, depth=6, num_heads=8, mlp_ratio=2.0,
+                                            attn_impl="sdpa", drop_path_rate=0.1))  # fmt: skip
+    model = nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), model).train()
+    step = train_step(model, precision="bf16", label_smoothing=0.1)
+    count, reasons = breaks(step, torch.rand(3, 3, 32, 32), torch.tensor([0, 4, 9]))
     assert count == 0, reasons
 
 

@@ -30,7 +30,7 @@ from torch import nn
 
 from vitbook import _checks, _train_checks
 from vitbook.optim import lr_factor, make_optimizer, param_groups
-from vitbook.train_step import TrainStep, autocast
+from vitbook.train_step import TrainStep, autocast, logits_of
 
 __all__ = ["History", "evaluate", "fit", "predict", "random_shift", "resolve_precision"]
 
@@ -484,7 +484,7 @@ def _probabilities(
     chunks = []
     with torch.no_grad(), autocast(device, precision):
         for chunk in images.split(batch_size):
-            logits = model(chunk.to(device))  # (b, n_cls)
+            logits = logits_of(model(chunk.to(device)))  # (b, n_cls); a tuple's mean
             chunks.append((logits if precision == "fp32" else logits.float()).softmax(dim=1))
     return torch.cat(chunks)  # (B, n_cls)
 
