@@ -53,6 +53,7 @@ from vitbook.experiments import (
     EXPERIMENTS,
     RECIPE,
     RESULTS_PATH,
+    _cpu_capability,
     _cpu_model_name,
     load_results,
     reproduce,
@@ -103,6 +104,7 @@ def _provenance(names: list[str], seeds: list[int], seconds: float, load: list[f
         "numpy": numpy.__version__,
         "platform": platform.platform(),
         "cpu": _cpu_model_name(),
+        "cpu_capability": _cpu_capability(),  # AVX2 or AVX-512 kernels round differently
         "cpu_count": os.cpu_count(),
         "torch_threads": 1,
         "deterministic_algorithms": True,

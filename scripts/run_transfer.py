@@ -50,7 +50,7 @@ import torch
 
 from vitbook import records
 from vitbook.checkpoints import save_model
-from vitbook.experiments import _cpu_model_name
+from vitbook.experiments import _cpu_capability, _cpu_model_name
 from vitbook.transfer_digits import (
     HIGH_RES,
     HIGH_RES_SETTINGS,
@@ -99,6 +99,7 @@ def _provenance(settings: list[str], seeds: list[int], seconds: float, load: lis
         "numpy": numpy.__version__,
         "platform": platform.platform(),
         "cpu": _cpu_model_name(),
+        "cpu_capability": _cpu_capability(),  # AVX2 or AVX-512 kernels round differently
         "cpu_count": os.cpu_count(),
         "torch_threads": 1,
         "deterministic_algorithms": True,
