@@ -174,7 +174,7 @@ def describe_change(change: dict[str, tuple[object, object]]) -> str:
                     f"({value['scale']} scale)")  # fmt: skip
         if value is None or isinstance(value, bool):
             return {None: "none", True: "on", False: "off"}[value]
-        return str(value)
+        return str(value).replace("+", " + ")  # "crop-flip + randaugment" wraps
 
     return "; ".join(f"{_FIELDS.get(k, k)}: {show(a)} → {show(b)}" for k, (a, b) in change.items())
 
