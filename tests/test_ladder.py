@@ -21,10 +21,13 @@ from vitbook.ladder import (
     ROWS,
     changes,
     describe,
+    describe_change,
     group_provenance,
     load_results,
+    macs,
     projected_minutes,
     readout,
+    recipes,
     summarize,
 )
 from vitbook.records import ResultsFileError
@@ -167,3 +170,32 @@ def test_readout_is_rollout_and_distance_of_the_normalised_photos():
     torch.testing.assert_close(out["rollout_maps"], expected_rollout)
     expected_distance = torch.stack([mean_attention_distance(a, (2, 3), 4) for a in attentions])
     torch.testing.assert_close(out["mean_attention_distance"], expected_distance)
+
+
+def test_changes_read_from_a_file_are_described_in_words():
+    recorded = recipes(load_results())
+    step = changes("vit-mix-200", "vit-regularised-100", recorded)
+    assert step == {"label_smoothing": (0.1, None), "epochs": (100, 200), "mix": (None, True)}
+    assert describe_change(step) == (
+        "epochs: 100 → 200; label smoothing in the loss: 0.1 → none; MixUp/CutMix: none → on")
+    assert describe_change(changes("vit-50-randaugment-m9", "vit-50-timm-decay")) == (
+        "RandAugment: none → 2 ops, m9 ± 0.5 (timm scale)")
+    assert describe_change(changes("vit-50-repeated", "vit-50-drop-path")) == (
+        "repeated augmentation: 1 → 3")  # a count, not "on"
+    assert describe({"val_mean": 0.7771, "val_std": 0.0027}, "val", percent=True) == (
+        "77.71 ± 0.27")
+
+
+def test_macs_are_counted_per_op_and_the_fused_attention_is_not():
+    torch.manual_seed(0)
+    config = ViTConfig(img_size=(8, 12), patch_size=4, embed_dim=8, depth=2, num_heads=2,
+                       num_classes=3)  # fmt: skip
+    images = torch.rand(1, 3, 8, 12)
+    explicit = macs(VisionTransformer(config), images)
+    fused = macs(VisionTransformer(ViTConfig(**{**vars(config), "attn_impl": "sdpa"})), images)
+    tokens, dh = 7, 4  # 2 x 3 patches and the class token; D / heads
+    # Q K^T and A V: per block, 2 products of (tokens x tokens x Dh) MACs per head
+    assert explicit["aten.bmm"] == 2 * 2 * 2 * tokens * tokens * dh
+    assert "aten.bmm" not in fused and fused["aten.addmm"] == explicit["aten.addmm"]
+    patch = 6 * 8 * (3 * 4 * 4)  # six patches, each a (C P P) -> D product
+    assert explicit["aten.convolution"] == patch

@@ -243,3 +243,58 @@ def test_a_stopped_worker_ends_the_others_with_a_message(tmp_path):
     assert "did not answer within --dist-timeout=5 s" in result.stderr
     assert time.monotonic() - start < TIMEOUT_S
     assert not (tmp_path / "r.json").exists()  # no run finished, nothing written
+
+
+def test_every_row_of_the_next_ladder_trains_on_the_standin(tmp_path):
+    """The smoke run of the next ladder: each ViT row one epoch on the stand-in (ResNet-18, slow
+    on a CPU, shares their augmentation and is built by the same code)."""
+    from vitbook.ladder import ROWS
+
+    rows = [name for name, row in ROWS.items() if row["model"] == "vit"]
+    result = script_run(["--standin", "--tiny", "--epochs", "1", "--seeds", "0", "--batch-size",
+                         "60", "--rows", *rows, "--out", "next.json"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = json.loads((tmp_path / "next.json").read_text())["runs"]
+    assert [run["row"] for run in runs] == rows
+    for run in runs:
+        expected = {k: v for k, v in ROWS[run["row"]].items() if k != "epochs"}
+        assert run["recipe"] == {**expected, "batch_size": 60}
+        assert len(run["train_loss"]) == 1 and 0 <= run["test_accuracy"] <= 1
+    assert [run["row"] for run in runs if "inside" in run] == ["vit-200"]  # the best row
+
+
+def test_each_row_gets_its_augmentation_and_fit_arguments(monkeypatch):
+    script = load_script()
+    from vitbook.ladder import ROWS
+
+    made = []
+    for name in ("rand_augment", "random_erasing", "random_crop_flip"):
+        real = getattr(script.augment, name)
+        monkeypatch.setattr(script.augment, name, lambda *a, _real=real, _name=name, **k: (
+            made.append((_name, a, k)) or _real(*a, **k)))  # fmt: skip
+    script.augmentation(ROWS["vit-200"])
+    assert made == [("random_crop_flip", (), {"padding": 4}),
+                    ("rand_augment", (), {"num_ops": 2, "magnitude": 9, "scale": "timm",
+                                          "magnitude_std": 0.5}),
+                    ("random_erasing", (), {"p": 0.25})]  # fmt: skip
+    made.clear()
+    script.augmentation(script.RECORDED_ROWS["vit-randaugment"])  # torchvision's bin 9 of 31
+    assert made == [("random_crop_flip", (), {"padding": 4}), ("rand_augment", (2, 9), {})]
+    seen = {}
+
+    def fake_fit(model, data, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop after the call")
+
+    monkeypatch.setattr(script, "fit", fake_fit)
+    args = script.parse(["--standin", "--tiny", "--rows", "vit-200"])[0]
+    splits = script.cifar10_standin(n_train=30, n_val=30, n_test=30)
+    with pytest.raises(RuntimeError, match="stop after the call"):
+        script.run("vit-200", 0, splits, args, script.torch.device("cpu"), 0)
+    assert seen["weight_decay_rule"] == "timm" and seen["repeated_augmentation"] == 3
+    assert seen["label_smoothing"] == 0.0 and seen["mix"] is not None  # smoothing in the mix
+    assert seen["epochs"] == 200 and seen["batch_size"] == 256 and seen["warmup_epochs"] == 3
+    seen.clear()
+    with pytest.raises(RuntimeError):
+        script.run("vit-crop-flip", 0, splits, args, script.torch.device("cpu"), 0)
+    assert "weight_decay_rule" not in seen and seen["label_smoothing"] == 0.1  # as recorded

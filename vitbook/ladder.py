@@ -38,10 +38,13 @@ __all__ = [
     "ROWS",
     "changes",
     "describe",
+    "describe_change",
     "group_provenance",
     "load_results",
+    "macs",
     "projected_minutes",
     "readout",
+    "recipes",
     "summarize",
 ]
 
@@ -109,8 +112,15 @@ H100_SECONDS_PER_EPOCH = {"fit, crop and flip": 2.15, "plain loop": 2.00,
                           "vit-mix-200, all of it": (3.1, 3.6)}  # fmt: skip
 
 
-def changes(row: str, above: str) -> dict[str, tuple[object, object]]:
-    """What row ``row`` of :data:`ROWS` changes from ``above``: ``{field: (before, after)}``.
+def changes(
+    row: str, above: str, rows: dict[str, dict[str, object]] | None = None
+) -> dict[str, tuple[object, object]]:
+    """What ``row`` changes from ``above``: ``{field: (before, after)}``, ``None`` for absent.
+
+    Args:
+        row, above: two rows of ``rows``.
+        rows: row -> its epochs and recipe; :data:`ROWS` by default, or :func:`recipes` of a
+            results file.
 
     Example:
         >>> changes("vit-200", "vit-50-repeated")
@@ -118,10 +128,55 @@ def changes(row: str, above: str) -> dict[str, tuple[object, object]]:
 
     See chapter: Real photos on a GPU.
     """
+    rows = ROWS if rows is None else rows
     for name in (row, above):
-        if name not in ROWS:
-            raise ValueError(f"{name!r} is not a row of the ladder; choose from {list(ROWS)}.")
-    return {k: (ROWS[above][k], v) for k, v in ROWS[row].items() if ROWS[above][k] != v}
+        if name not in rows:
+            raise ValueError(f"{name!r} is not a row of the ladder; choose from {list(rows)}.")
+    before, after = rows[above], rows[row]
+    fields = dict.fromkeys([*before, *after])
+    return {k: (before.get(k), after.get(k)) for k in fields if before.get(k) != after.get(k)}
+
+
+def recipes(results: dict) -> dict[str, dict[str, object]]:
+    """Each recorded row's epochs and recipe, as the file records them: ``{row: {...}}``.
+
+    Example:
+        >>> recipes(load_results())["vit-regularised-100"]["drop_path_rate"]
+        0.1
+
+    See chapter: Real photos on a GPU.
+    """
+    found: dict[str, dict[str, object]] = {}
+    for run in results["runs"]:
+        found.setdefault(run["row"], {"epochs": run["epochs"], **run["recipe"]})
+    return found
+
+
+_FIELDS = {"mix": "MixUp/CutMix", "drop_path_rate": "stochastic depth",
+           "label_smoothing": "label smoothing in the loss", "weight_decay_rule": "decayed weights",
+           "rand_augment": "RandAugment", "random_erasing": "random erasing",
+           "repeated_augmentation": "repeated augmentation"}  # fmt: skip
+
+
+def describe_change(change: dict[str, tuple[object, object]]) -> str:
+    """A change of :func:`changes` in words, e.g. ``"stochastic depth: none → 0.1"``.
+
+    Example:
+        >>> describe_change(changes("vit-50-mix", "vit-50-randaugment-m9"))
+        'MixUp/CutMix: off → on'
+
+    See chapter: Real photos on a GPU.
+    """
+
+    def show(value: object) -> str:
+        if isinstance(value, dict):  # a RandAugment policy
+            return (f"{value['num_ops']} ops, m{value['magnitude']} ± {value['magnitude_std']} "
+                    f"({value['scale']} scale)")  # fmt: skip
+        if value is None or isinstance(value, bool):
+            return {None: "none", True: "on", False: "off"}[value]
+        return str(value).replace("+", " + ")  # "crop-flip + randaugment" wraps
+
+    return "; ".join(f"{_FIELDS.get(k, k)}: {show(a)} → {show(b)}" for k, (a, b) in change.items())
 
 
 def projected_minutes(row: str) -> float | None:
@@ -199,19 +254,28 @@ def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
     return table
 
 
-def describe(row: dict, split: str = "test", digits: int = 4) -> str:
+def describe(row: dict, split: str = "test", digits: int = 4, *, percent: bool = False) -> str:
     """A row's accuracy as text: ``"0.8737 ± 0.0047"``, or ``"0.8315 (one seed)"``.
+
+    Args:
+        row: a row of :func:`summarize`.
+        split: ``"test"`` or ``"val"``.
+        digits: decimals of a fraction; with ``percent``, the same precision in percent.
+        percent: write ``"87.37 ± 0.47"`` (percent) instead of fractions.
 
     Example:
         >>> describe({"test_mean": 0.8315, "test_std": None})
         '0.8315 (one seed)'
+        >>> describe({"test_mean": 0.87366, "test_std": 0.00467}, percent=True)
+        '87.37 ± 0.47'
 
     See chapter: Real photos on a GPU.
     """
     mean, std = row[f"{split}_mean"], row[f"{split}_std"]
+    scale, digits = (100, digits - 2) if percent else (1, digits)
     if std is None:
-        return f"{mean:.{digits}f} (one seed)"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+        return f"{scale * mean:.{digits}f} (one seed)"
+    return f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
 
 
 def group_provenance(results: dict) -> list[dict[str, object]]:
@@ -239,6 +303,34 @@ def group_provenance(results: dict) -> list[dict[str, object]]:
         group["seeds"] = sorted(group["seeds"])
         group["dates"] = (min(group["dates"]), max(group["dates"]))
     return list(groups.values())
+
+
+@torch.no_grad()
+def macs(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
+    """Multiply-accumulates of one forward pass, per op, counted by ``torch.utils.flop_counter``.
+
+    Two flops make a MAC. The model is put in eval mode. The count is what the ops that run
+    report: ``scaled_dot_product_attention`` on a CPU reports nothing for its products
+    :math:`QK^\\top` and :math:`AV` (use ``attn_impl="explicit"`` to count them, as ``aten.bmm``).
+
+    Args:
+        model: any module.
+        images: its input, e.g. (1, 3, 32, 32) for one photo.
+
+    Returns:
+        ``{op name: MACs}``, e.g. ``{"aten.convolution": ..., "aten.addmm": ...}``.
+
+    Example:
+        >>> macs(nn.Linear(4, 3), torch.rand(2, 4))
+        {'aten.addmm': 24.0}
+
+    See chapter: Real photos on a GPU.
+    """
+    from torch.utils.flop_counter import FlopCounterMode  # imports torch._dynamo: seconds
+
+    with FlopCounterMode(display=False) as counter:
+        model.eval()(images)
+    return {str(op): flops / 2 for op, flops in counter.get_flop_counts()["Global"].items()}
 
 
 @torch.no_grad()
