@@ -10,6 +10,20 @@ Parameter and module names are those of timm's ``VisionTransformer`` (``patch_em
 ``cls_token``, ``pos_embed``, ``blocks.{i}.norm1`` / ``attn.qkv`` / ``attn.proj`` / ``norm2`` /
 ``mlp.fc1`` / ``mlp.fc2``, ``norm``, ``head``), so state dicts move between the two.
 
+Two options come from the work that made ViTs train on less data (chapter *Can a ViT beat the
+CNN that taught it?*):
+
+- ``distilled=True`` is DeiT's distilled ViT (Touvron et al., 2021), with the names of timm's
+  ``VisionTransformerDistilled``: a second learned token ``dist_token`` after the class token
+  (tokens: class, distillation, patches; ``pos_embed`` covers both), and a second head
+  ``head_dist`` on its final state. In training the model returns both heads' logits as a tuple
+  ``(class, distillation)``, for a loss that gives each its own target
+  (:class:`vitbook.distill.DistillationLoss`); in eval mode it returns their mean.
+- ``stem="conv"`` replaces the patch embedding by a few strided 3 x 3 convolutions ending on the
+  same grid of tokens (:class:`vitbook.stem.ConvPatchEmbedding`, after Xiao et al., 2021).
+
+A model that uses neither has exactly the parameters and state-dict keys it had before them.
+
 See chapter: The full model.
 """
 
@@ -27,11 +41,13 @@ from vitbook.attention import ATTENTION_IMPLS
 from vitbook.encoder import EncoderBlock
 from vitbook.patches import PatchEmbedding
 from vitbook.positional import RelativePositionBias, sincos_2d
+from vitbook.stem import ConvPatchEmbedding, conv_stem_layers
 
 __all__ = ["PRESETS", "ViTConfig", "VisionTransformer"]
 
 POS_EMBEDS = ("learned", "sincos2d", "none", "relative")
 POOLS = ("cls", "mean")
+STEMS = ("patch", "conv")
 
 # (embed_dim, depth, num_heads); the MLP is 4x wider in every size. ViT-B, ViT-L and ViT-H are the
 # ViT paper's Table 1 (B/32 and B/16, L/16, H/14 its patch sizes); ViT-Ti and ViT-S are the smaller
@@ -61,6 +77,16 @@ class ViTConfig:
         mlp_ratio: the MLP's hidden width is ``int(D * mlp_ratio)``.
         qkv_bias: whether ``qkv`` has a bias.
         class_token: whether a learned class token is prepended.
+        distilled: DeiT's distillation token and second head (``dist_token``, ``head_dist``;
+            needs the class token and ``pool="cls"``). ``forward`` then returns
+            ``(class logits, distillation logits)`` in train mode and their mean in eval mode:
+            the DeiT authors' ``DistilledVisionTransformer``, and timm's
+            ``VisionTransformerDistilled`` after ``set_distilled_training(True)`` (without it,
+            timm averages the two heads in training too, which is no use for distillation).
+        stem: ``"patch"`` (one P x P convolution of stride P, the ViT) or ``"conv"`` (stride-2
+            3 x 3 convolutions, :class:`vitbook.stem.ConvPatchEmbedding`; P a power of 2).
+        stem_depth: with ``stem="conv"``, the number of 3 x 3 convolutions; None for log2(P),
+            more adds stride-1 convolutions in front. Must be None with ``stem="patch"``.
         pos_embed: ``"learned"`` (ViT), ``"sincos2d"`` (fixed, D a multiple of 4), ``"none"``,
             or ``"relative"``: nothing added to the tokens, and each block adds a learned bias
             per head and 2D offset to its attention logits (:class:`RelativePositionBias`, the
@@ -97,6 +123,7 @@ class ViTConfig:
     mlp_ratio: float = 4.0
     qkv_bias: bool = True
     class_token: bool = True
+    distilled: bool = False
     pos_embed: str = "learned"
     pool: str = "cls"
     attn_impl: str = "explicit"
@@ -104,13 +131,15 @@ class ViTConfig:
     drop_rate: float = 0.0
     attn_drop_rate: float = 0.0
     drop_path_rate: float = 0.0
+    stem: str = "patch"
+    stem_depth: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "img_size", _checks.pair("img_size", self.img_size))
         for name in ("patch_size", "in_chans", "embed_dim", "depth", "num_heads"):
             _checks.positive_int(name, getattr(self, name))
         _checks.integer("num_classes", self.num_classes, fix="use 0 for no head")
-        for name in ("qkv_bias", "class_token"):
+        for name in ("qkv_bias", "class_token", "distilled"):
             _checks.boolean(name, getattr(self, name))
         _checks.multiple_of("img_size height", self.img_size[0], "patch_size", self.patch_size)
         _checks.multiple_of("img_size width", self.img_size[1], "patch_size", self.patch_size)
@@ -127,6 +156,20 @@ class ViTConfig:
         if self.pool == "cls" and not self.class_token:
             raise ValueError(
                 "pool='cls' needs class_token=True; set class_token=True or use pool='mean'."
+            )
+        if self.distilled and not (self.class_token and self.pool == "cls"):
+            raise ValueError(
+                "distilled=True reads the class token (position 0) and the distillation token "
+                f"(position 1); it needs class_token=True and pool='cls', got "
+                f"class_token={self.class_token}, pool={self.pool!r}."
+            )
+        _checks.choice("stem", self.stem, STEMS)
+        if self.stem == "conv":
+            conv_stem_layers(self.patch_size, self.embed_dim, self.stem_depth)  # validates
+        elif self.stem_depth is not None:
+            raise ValueError(
+                f"stem_depth={self.stem_depth!r} applies to stem='conv' only; use "
+                "stem_depth=None with stem='patch', or stem='conv'."
             )
         _checks.real("mlp_ratio", self.mlp_ratio, low=0, open_low=True, fix="ViT uses 4.0")
         if self.mlp_hidden_dim < 1:
@@ -184,8 +227,8 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patches: 1 with a class token, else 0."""
-        return int(self.class_token)
+        """Tokens before the patches: the class token, then the distillation token."""
+        return int(self.class_token) + int(self.distilled)
 
     @property
     def num_tokens(self) -> int:
@@ -202,22 +245,34 @@ class ViTConfig:
         ::
 
             patch embedding   C P^2 D + D
+              or conv stem    sum_i (c_{i-1} 9 c_i + 2 c_i) + c_last D + D   (c_0 = C)
             class token       D
-            position embed.   N D                 (learned only)
+            distill. token    D                   (distilled only)
+            position embed.   N D                 (learned only; N counts both tokens)
             relative bias     L (2 Gh - 1)(2 Gw - 1) Nh   (relative only)
             each of L blocks  12 D^2 + 13 D       (for a 4x MLP with biases; in general
                               4 D + (3 D^2 + 3 D) + (D^2 + D) + (2 D H + H + D), H = hidden width)
             final LayerNorm   2 D
-            head              D n_cls + n_cls     (n_cls = num_classes > 0)
+            head              D n_cls + n_cls     (n_cls = num_classes > 0; twice if distilled)
+
+        Example:
+            >>> ViTConfig.from_name("ViT-B/16", distilled=True).num_parameters()  # DeiT-B
+            87338192
         """
         d, h, k = self.embed_dim, self.mlp_hidden_dim, self.num_classes
         patch = self.in_chans * self.patch_size**2 * d + d
+        if self.stem == "conv":  # 3 x 3 convolutions without bias, LayerNorms, a 1 x 1 to D
+            layers = conv_stem_layers(self.patch_size, d, self.stem_depth)
+            widths = [self.in_chans] + [width for width, _ in layers]  # c_0 .. c_last
+            pairs = zip(widths[:-1], widths[1:], strict=True)  # (c_{i-1}, c_i)
+            convs = sum(c_in * 9 * c_out + 2 * c_out for c_in, c_out in pairs)
+            patch = convs + widths[-1] * d + d
         tokens = d * self.num_prefix_tokens + (
             self.num_tokens * d if self.pos_embed == "learned" else 0
         )
         attention = 3 * d * d + (3 * d if self.qkv_bias else 0) + d * d + d
         block = 4 * d + attention + 2 * d * h + h + d
-        head = d * k + k if k > 0 else 0
+        head = (d * k + k if k > 0 else 0) * (2 if self.distilled else 1)
         if self.pos_embed == "relative":
             gh, gw = self.grid_size
             block += (2 * gh - 1) * (2 * gw - 1) * self.num_heads
@@ -242,11 +297,17 @@ class VisionTransformer(nn.Module):
     LayerNorms at (1, 0), and the patch-embedding Conv2d at PyTorch's default. The 2D sine-cosine
     table (``pos_embed="sincos2d"``) is a non-persistent buffer with a zero row for the class
     token. With ``pos_embed="relative"``, ``rel_pos_bias.{i}`` holds block i's bias table
-    (truncated normal 0.02) and the class token's logits get no bias.
+    (truncated normal 0.02) and the class token's logits get no bias. With ``distilled=True``,
+    ``dist_token`` is truncated normal 0.02 (as in timm) and ``head_dist`` is initialised like
+    ``head``; prefix tokens (class, distillation) get zero rows of a sine-cosine table and no
+    relative bias. With ``stem="conv"`` the stem's convolutions are at PyTorch's default.
 
     Shapes:
-        forward: (B, C, H, W) -> (B, num_classes) logits.
+        forward: (B, C, H, W) -> (B, num_classes) logits; with ``distilled=True`` in train
+            mode, a tuple of two (B, num_classes): the class head's and the distillation
+            head's logits.
         forward_features: (B, C, H, W) -> (B, N, D), after the final LayerNorm.
+        forward_heads: (B, N, D) features -> both heads' logits (distilled models only).
         forward_with_attention: (B, C, H, W) -> (logits, [(B, Nh, N, N)] * depth).
 
     Raises:
@@ -279,8 +340,15 @@ class VisionTransformer(nn.Module):
             )
         self.config = cfg = config
         d = cfg.embed_dim
-        self.patch_embed = PatchEmbedding(cfg.img_size, cfg.patch_size, cfg.in_chans, d)
+        if cfg.stem == "conv":
+            self.patch_embed = ConvPatchEmbedding(
+                cfg.img_size, cfg.patch_size, cfg.in_chans, d, depth=cfg.stem_depth,
+                norm_eps=cfg.norm_eps,
+            )  # fmt: skip
+        else:
+            self.patch_embed = PatchEmbedding(cfg.img_size, cfg.patch_size, cfg.in_chans, d)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d)) if cfg.class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, d)) if cfg.distilled else None
         if cfg.pos_embed == "learned":
             self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_tokens, d))
         elif cfg.pos_embed == "sincos2d":
@@ -313,8 +381,13 @@ class VisionTransformer(nn.Module):
             for rate in cfg.drop_path_rates()
         )
         self.norm = nn.LayerNorm(d, eps=cfg.norm_eps)
-        self.head = nn.Linear(d, cfg.num_classes) if cfg.num_classes > 0 else nn.Identity()
+        self.head = self._new_head()
+        self.head_dist = self._new_head() if cfg.distilled else None
         self.reset_parameters()
+
+    def _new_head(self) -> nn.Module:
+        k = self.config.num_classes
+        return nn.Linear(self.config.embed_dim, k) if k > 0 else nn.Identity()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -323,6 +396,8 @@ class VisionTransformer(nn.Module):
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)
+        if getattr(self, "dist_token", None) is not None:
+            nn.init.trunc_normal_(self.dist_token, std=0.02)
         for bias in getattr(self, "rel_pos_bias", None) or ():
             nn.init.trunc_normal_(bias.relative_position_bias_table, std=0.02)
         for module in self.modules():
@@ -341,7 +416,7 @@ class VisionTransformer(nn.Module):
         prediction head and attach a zero-initialized D x K feedforward layer", K = n_cls);
         timm's method of the same name initialises the new head at random instead.
         ``config.num_classes`` follows; ``num_classes=0`` removes the head (the model then
-        returns features).
+        returns features). A distilled model gets two new heads, ``head`` and ``head_dist``.
 
         Example:
             >>> model = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=1,
@@ -353,19 +428,21 @@ class VisionTransformer(nn.Module):
         _checks.integer("num_classes", num_classes, fix="use 0 for no head")
         reference = self.norm.weight
         self.config = dataclasses.replace(self.config, num_classes=num_classes)
-        if num_classes == 0:
-            self.head = nn.Identity()
-            return
-        self.head = nn.Linear(self.config.embed_dim, num_classes).to(reference)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        self.head = self._new_head().to(reference)
+        if self.head_dist is not None:
+            self.head_dist = self._new_head().to(reference)
+        for head in (self.head, self.head_dist):
+            if isinstance(head, nn.Linear):
+                nn.init.zeros_(head.weight)
+                nn.init.zeros_(head.bias)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """z_0: patch tokens, class token prepended, position embeddings added: (B, N, D)."""
+        """z_0: patch tokens, prefix tokens prepended, position embeddings added: (B, N, D)."""
         x = self.patch_embed(images)  # (B, Gh * Gw, D)
-        if self.cls_token is not None:
-            cls = repeat(self.cls_token, "1 1 d -> b 1 d", b=x.shape[0])
-            x = torch.cat([cls, x], dim=1)  # (B, N, D)
+        prefix = [t for t in (self.cls_token, self.dist_token) if t is not None]
+        if prefix:  # class token, then distillation token, then the patches
+            prefix = [repeat(t, "1 1 d -> b 1 d", b=x.shape[0]) for t in prefix]
+            x = torch.cat([*prefix, x], dim=1)  # (B, N, D)
         if self.pos_embed is not None:
             x = x + self.pos_embed
         return self.pos_drop(x)
@@ -380,21 +457,58 @@ class VisionTransformer(nn.Module):
             x = block(x, mask=self.attention_bias(layer))
         return self.norm(x)  # (B, N, D)
 
-    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
-        """Pool the final tokens (B, N, D) and classify: (B, num_classes)."""
+    def forward_head(
+        self, features: torch.Tensor
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Pool the final tokens (B, N, D) and classify: (B, num_classes).
+
+        A distilled model returns ``(class logits, distillation logits)`` in train mode and
+        their mean in eval mode (see :meth:`forward_heads`).
+        """
+        if self.head_dist is not None:
+            logits, logits_dist = self.forward_heads(features)
+            if self.training:  # each head gets its own target from the loss
+                return logits, logits_dist
+            return (logits + logits_dist) / 2  # at inference the two heads vote
         if self.config.pool == "cls":
             pooled = features[:, 0]  # (B, D)
         else:
             pooled = features[:, self.config.num_prefix_tokens :].mean(dim=1)  # (B, D)
         return self.head(pooled)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def forward_heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both heads of a distilled model, in any mode: (B, n_cls) each.
+
+        ``head`` reads the class token's final state (position 0), ``head_dist`` the
+        distillation token's (position 1).
+
+        Raises:
+            ValueError: the model is not distilled.
+
+        Example:
+            >>> model = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8,
+            ...                                     depth=1, num_heads=2, num_classes=3,
+            ...                                     distilled=True)).eval()
+            >>> features = model.forward_features(torch.randn(2, 3, 8, 8))  # (B, 2 + 4, D)
+            >>> logits, logits_dist = model.forward_heads(features)
+            >>> torch.allclose(model.forward_head(features), (logits + logits_dist) / 2)
+            True
+        """
+        if self.head_dist is None:
+            raise ValueError(
+                "forward_heads reads the two heads of a distilled model; this model has one "
+                "(distilled=False). Use forward_head, or build it with distilled=True."
+            )
+        return self.head(features[:, 0]), self.head_dist(features[:, 1])  # (B, n_cls) each
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         return self.forward_head(self.forward_features(images))
 
     def forward_with_attention(
         self, images: torch.Tensor
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits and every layer's attention weights, computed by the explicit attention path."""
+    ) -> tuple[torch.Tensor | tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
+        """Logits (as :meth:`forward` returns them) and every layer's attention weights,
+        computed by the explicit attention path."""
         x = self.embed(images)
         weights = []
         for layer, block in enumerate(self.blocks):
