@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from PIL import Image, ImageEnhance, ImageOps
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
@@ -22,6 +23,8 @@ from vitbook.augment import (
     mixup_cutmix,
     rand_augment,
     random_crop_flip,
+    random_erasing,
+    random_resized_crop,
     trivial_augment_wide,
 )
 from vitbook.data import sample_image
@@ -40,6 +43,8 @@ def augmentations():
         "rand_augment": rand_augment(2, 9),
         "trivial_augment_wide": trivial_augment_wide(),
         "composed": compose(random_crop_flip(2), rand_augment(2, 9)),
+        "resized_crop": random_resized_crop(flip=True),
+        "rand_augment_timm": rand_augment(2, 9, scale="timm", magnitude_std=0.5),
     }
 
 
@@ -442,6 +447,9 @@ FUNCTIONS = {
     "rand_augment": lambda x, y, g: rand_augment(2, 9)(x, g),
     "trivial_augment_wide": lambda x, y, g: trivial_augment_wide()(x, g),
     "mixup_cutmix": lambda x, y, g: mixup_cutmix(10, label_smoothing=0.1)(x, y, g),
+    "resized_crop": lambda x, y, g: random_resized_crop(flip=True)(x, g),
+    "random_erasing": lambda x, y, g: random_erasing()(x, g),
+    "rand_augment_timm": lambda x, y, g: rand_augment(2, 9, scale="timm", magnitude_std=0.5)(x, g),
 }
 
 
@@ -536,3 +544,146 @@ def test_bad_calls_say_what_to_do():
         apply_ops(images, torch.zeros(B + 1, dtype=torch.long), torch.zeros(B))
     with pytest.raises(TypeError, match="integer indices"):
         apply_ops(images, torch.zeros(B), torch.zeros(B))
+
+
+# --- random resized crop -----------------------------------------------------------------------
+
+
+def replay_boxes(b, h, w, scale, ratio, generator):
+    """The documented draws of 10 boxes per image: (width, height) each (B, 10)."""
+    u, v = torch.rand(b, 10, generator=generator), torch.rand(b, 10, generator=generator)
+    target = h * w * (scale[0] + (scale[1] - scale[0]) * u)
+    aspect = torch.exp(math.log(ratio[0]) + (math.log(ratio[1]) - math.log(ratio[0])) * v)
+    return (target * aspect).sqrt().round(), (target / aspect).sqrt().round()
+
+
+def test_resized_crop_is_the_first_box_that_fits_cropped_and_resized():
+    b, h, w, scale, ratio = 64, 12, 15, (0.05, 1.0), (3 / 4, 4 / 3)
+    images = torch.rand(b, 2, h, w, generator=seeded())
+    out = random_resized_crop(scale, ratio, flip=True)(images, seeded(3))
+    replay = seeded(3)
+    widths, heights = replay_boxes(b, h, w, scale, ratio, replay)
+    rows_u, cols_u = torch.rand(b, generator=replay), torch.rand(b, generator=replay)
+    mirrored = torch.rand(b, generator=replay) < 0.5
+    assert 0 < mirrored.sum() < b
+    for k in range(b):
+        fits = [a for a in range(10) if 0 < widths[k, a] <= w and 0 < heights[k, a] <= h]
+        assert fits, "with these sizes every image finds a box"
+        bw, bh = int(widths[k, fits[0]]), int(heights[k, fits[0]])
+        top, left = int(rows_u[k] * (h - bh + 1)), int(cols_u[k] * (w - bw + 1))
+        assert 0 <= top <= h - bh and 0 <= left <= w - bw  # inside the image
+        crop = images[k : k + 1, :, top : top + bh, left : left + bw]
+        expected = F.interpolate(crop, size=(h, w), mode="bilinear", align_corners=False)[0]
+        expected = expected.flip(-1) if mirrored[k] else expected
+        # the same bilinear weights, computed through affine_grid's normalised coordinates
+        torch.testing.assert_close(out[k], expected, atol=1e-5, rtol=0)
+
+
+def test_resized_crop_areas_and_ratios_stay_in_range():
+    """The boxes the crop takes (its draws, replayed as the test above shows it takes them)."""
+    b, h, w, scale, ratio = 4000, 32, 32, (0.05, 1.0), (3 / 4, 4 / 3)
+    widths, heights = replay_boxes(b, h, w, scale, ratio, seeded(8))
+    fits = (widths > 0) & (widths <= w) & (heights > 0) & (heights <= h)
+    first = fits.int().argmax(1, keepdim=True)
+    area = (widths.gather(1, first) * heights.gather(1, first)).squeeze(1) / (h * w)
+    aspect = (widths.gather(1, first) / heights.gather(1, first)).squeeze(1)
+    assert fits.any(1).all()  # a 32 x 32 image never needs the fallback here
+    # sides are rounded to pixels: the area and the ratio move by at most a pixel's worth
+    assert area.min() >= 0.05 * (1 - 2 / 7) and area.max() <= 1
+    assert aspect.min() >= 3 / 4 * (1 - 2 / 7) and aspect.max() <= 4 / 3 * (1 + 2 / 7)
+    assert (area < 0.15).float().mean() > 0.05 and (area > 0.85).float().mean() > 0.05
+
+
+def test_resized_crop_falls_back_to_torchvisions_central_crop():
+    images = torch.rand(3, 3, 8, 16, generator=seeded())
+    # a square box of the whole area never fits a 2:1 image: torchvision's central 8 x 8 crop
+    out = random_resized_crop(scale=(1.0, 1.0), ratio=(1.0, 1.0))(images, seeded(0))
+    expected = F.interpolate(images[..., 4:12], size=(8, 16), mode="bilinear", align_corners=False)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+
+
+def test_resized_crop_of_the_whole_image_only_flips():
+    images = torch.rand(400, 1, 5, 6, generator=seeded())
+    out = random_resized_crop(scale=(1.0, 1.0), ratio=(6 / 5, 6 / 5), flip=True)(images, seeded(2))
+    same = torch.isclose(out, images, atol=1e-5).flatten(1).all(1)
+    mirrored = torch.isclose(out, images.flip(-1), atol=1e-5).flatten(1).all(1)
+    assert bool((same | mirrored).all())
+    assert 160 < int(mirrored.sum()) < 240  # binomial(400, 1/2): mean 200, sd 10
+
+
+# --- random erasing ----------------------------------------------------------------------------
+
+
+def test_random_erasing_replays_timms_draws_with_the_batchs_statistics():
+    b, c, h, w, scale, ratio = 40, 3, 9, 13, (0.02, 1 / 3), (0.3, 3.3)
+    images = torch.rand(b, c, h, w, generator=seeded())
+    out = random_erasing(0.5, scale, ratio)(images, seeded(4))
+    replay = seeded(4)
+    erased = torch.rand(b, generator=replay) < 0.5
+    heights, widths = replay_boxes(b, h, w, scale, ratio, replay)  # timm: h = sqrt(a r)
+    rows_u, cols_u = torch.rand(b, generator=replay), torch.rand(b, generator=replay)
+    mean = images.mean((0, 2, 3), keepdim=True)[0]
+    std = images.std((0, 2, 3), keepdim=True, correction=0)[0]
+    noise = mean + std * torch.randn(b, c, h, w, generator=replay)
+    expected = images.clone()
+    for k in range(b):
+        fits = [a for a in range(10) if widths[k, a] < w and heights[k, a] < h]
+        if not (erased[k] and fits):
+            continue
+        bh, bw = int(heights[k, fits[0]]), int(widths[k, fits[0]])
+        top, left = int(rows_u[k] * (h - bh + 1)), int(cols_u[k] * (w - bw + 1))
+        box = (slice(None), slice(top, top + bh), slice(left, left + bw))
+        expected[k][box] = noise[k][box]
+    assert 5 < int(erased.sum()) < 35
+    assert torch.equal(out, expected)
+
+
+def test_random_erasing_boxes_are_single_rectangles_in_range():
+    h, w = 20, 24
+    images = torch.rand(300, 1, h, w, generator=seeded())
+    out = random_erasing(p=1.0)(images, seeded(1))
+    changed = (out != images)[:, 0]  # (B, H, W)
+    boxes = 0
+    for mask in changed:
+        if not mask.any():
+            continue  # no box of the 10 fitted (rare)
+        rows, cols = mask.any(1), mask.any(0)
+        assert torch.equal(mask, rows[:, None] & cols[None, :])  # one rectangle
+        bh, bw = int(rows.sum()), int(cols.sum())
+        assert bh < h and bw < w  # strictly inside, as timm's
+        assert 0.02 * (1 - 0.5) <= bh * bw / (h * w) <= 1 / 3 * (1 + 0.5)  # up to rounding
+        boxes += 1
+    assert boxes > 280
+
+
+def test_random_erasing_rate_and_noise():
+    images = torch.rand(2000, 3, 6, 7, generator=seeded())
+    out = random_erasing(p=0.25)(images, seeded(6))
+    erased = (out != images).flatten(1).any(1)
+    assert 440 < int(erased.sum()) < 560  # binomial(2000, 1/4): mean 500, sd 19.4
+    noise = out[out != images]
+    # uniform pixels: the batch's mean 1/2 and standard deviation 1/sqrt(12) = 0.289
+    assert abs(noise.mean().item() - 0.5) < 0.01 and abs(noise.std().item() - 0.289) < 0.01
+    assert torch.equal(random_erasing(p=0.0)(images, seeded(6)), images)
+
+
+def test_augmentations_take_an_empty_batch():
+    empty = torch.rand(0, 3, 8, 8)
+    for augment in (*augmentations().values(), random_erasing(), rand_augment(scale="timm")):
+        assert augment(empty, seeded()).shape == (0, 3, 8, 8)
+
+
+def test_value_range_says_which_augmentations_need_unit_images():
+    assert rand_augment().value_range == (0.0, 1.0) == trivial_augment_wide().value_range
+    assert rand_augment(scale="timm").value_range == (0.0, 1.0)
+    assert compose(random_resized_crop(), rand_augment()).value_range == (0.0, 1.0)
+    for augment in (random_crop_flip(), random_resized_crop(), random_erasing()):
+        assert not hasattr(augment, "value_range")
+    assert not hasattr(compose(random_crop_flip(), random_erasing()), "value_range")
+    assert mixup_cutmix(7).num_classes == 7
+
+
+def test_apply_ops_on_images_outside_unit_range_does_not_index_out_of_bounds():
+    images = torch.rand(4, 3, 5, 6, generator=seeded()) * 3 - 1  # values in [-1, 2]
+    out = apply_ops(images, torch.full((4,), OPS.index("equalize")), torch.zeros(4))
+    assert out.shape == images.shape and 0 <= out.min() and out.max() <= 1

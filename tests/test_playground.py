@@ -361,7 +361,11 @@ def test_the_page_computes_what_pytorch_computes_on_all_test_digits(
         "logits": (js_logits - logits.double()).abs().max().item(),
     }
     assert js.shape == (450, 20 + (4 * 4 + 1) * 17 * 17)
-    assert all(gap <= JS_TOLERANCE for gap in gaps.values()), gaps
+    # Probabilities, weights and rollout lie in [0, 1]; float32's rounding of the logits grows
+    # with their size (AVX2 and AVX-512 kernels sum in other orders), so theirs is relative.
+    bounds = {name: JS_TOLERANCE for name in gaps}
+    bounds["logits"] = JS_TOLERANCE * max(1.0, logits.abs().max().item())
+    assert all(gaps[name] <= bounds[name] for name in gaps), (gaps, bounds)
     # Against the same model in float64, the page is exact to float64 rounding: it computes
     # the same equations in the same order, not an approximation of them.
     with torch.no_grad():

@@ -1,5 +1,6 @@
 """vitbook.train: fit lowers the loss, is reproducible, evaluate counts right, errors explain."""
 
+import math
 import sys
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from torch import nn
 
 import vitbook
 from vitbook import VisionTransformer, ViTConfig
-from vitbook.train import History, evaluate, fit, plot_history, predict, random_shift
+from vitbook.plotting import plot_history
+from vitbook.train import History, evaluate, fit, predict, random_shift
 
 
 def toy_problem(n=48):
@@ -193,7 +195,7 @@ def test_mix_gets_labels_and_its_soft_targets_train():
         fit(tiny_vit(), toy_problem(), epochs=1, mix="mixup", progress=False)
 
 
-def test_a_step_touches_the_host_at_most_once(monkeypatch):
+def test_a_step_touches_the_host_at_most_once(monkeypatch, accumulate=1):
     """Count what makes a GPU wait for the host: vitbook reading a tensor's value into Python.
 
     The count grows with the number of steps by at most one per step (the finiteness check);
@@ -216,7 +218,7 @@ def test_a_step_touches_the_host_at_most_once(monkeypatch):
     for steps in (4, 12):
         reads.clear()
         fit(tiny_vit(), toy_problem(16 * steps), epochs=1, batch_size=16,
-            augment=random_shift(1), progress=False)  # fmt: skip
+            augment=random_shift(1), accumulate=accumulate, progress=False)  # fmt: skip
         counts[steps] = len(reads)
     assert counts[12] - counts[4] <= 12 - 4, counts
 
@@ -241,3 +243,191 @@ def test_random_shift_is_a_crop_of_the_zero_padded_image():
     for k, (dy, dx) in enumerate(offsets):
         assert torch.equal(shifted[k], padded[k, :, dy : dy + 4, dx : dx + 5])
     assert shifted.is_contiguous() and shifted.stride() == images.stride()
+
+
+# --- warm-up in steps, accumulation, criterion, repeated augmentation --------------------------
+
+
+def learning_rates(monkeypatch, **kwargs):
+    """The learning rate of every optimizer step of a fit."""
+    seen = []
+    original = torch.optim.AdamW.step
+
+    def step(self, *args, **kw):
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kw)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    fit(nn.Sequential(nn.Flatten(), nn.Linear(16, 2)), toy_problem(32), lr=0.5, progress=False,
+        **kwargs)  # fmt: skip
+    monkeypatch.undo()
+    return seen
+
+
+def test_warmup_counts_optimizer_steps(monkeypatch):
+    lrs = learning_rates(monkeypatch, epochs=3, batch_size=8, warmup_steps=3)  # 4 steps an epoch
+    assert len(lrs) == 12
+    assert lrs[:3] == pytest.approx([0.5 / 3, 1.0 / 3, 0.5])  # linear, over 3 steps
+    assert lrs[3] == pytest.approx(0.5) and lrs[4] < lrs[3]  # then the cosine
+    by_epoch = learning_rates(monkeypatch, epochs=3, batch_size=8)  # default: one epoch
+    assert by_epoch == learning_rates(monkeypatch, epochs=3, batch_size=8, warmup_steps=4)
+    assert learning_rates(monkeypatch, epochs=1, batch_size=8, warmup_steps=0)[0] == 0.5
+    with pytest.raises(ValueError, match=r"warmup_epochs=1 and warmup_steps=500 both set"):
+        fit(tiny_vit(), toy_problem(), epochs=1, warmup_epochs=1, warmup_steps=500,
+            progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match=r"warmup_steps=-1 must be an int >= 0"):
+        fit(tiny_vit(), toy_problem(), epochs=1, warmup_steps=-1, progress=False)
+
+
+def deterministic_vit():
+    torch.manual_seed(0)
+    # no dropout: the same function in every pass
+    config = ViTConfig(img_size=4, patch_size=2, in_chans=1, num_classes=3, embed_dim=16,
+                       depth=2, num_heads=2)  # fmt: skip
+    return VisionTransformer(config)
+
+
+@pytest.mark.parametrize("batch_size, accumulate", [(16, 4), (10, 3), (7, 7)])
+def test_accumulated_gradients_are_the_whole_batch_s(batch_size, accumulate):
+    """fp32, no dropout: accumulate micro-batches (of unequal sizes, and a smaller last batch)
+    and get the one-batch history and weights, up to the order of float sums.
+
+    SGD, because AdamW divides by the gradient's root mean square: on a parameter whose true
+    gradient is 0 (attention's key bias: softmax ignores it) it turns rounding noise into steps
+    of size lr, so its weights differ by 1e-5 there while the histories agree to 1e-7.
+    """
+    images, labels = toy_problem(45)
+    data = (images, labels % 3)
+    for optimizer, lr in (("sgd", 0.05), ("adamw", 3e-3)):
+        runs = []
+        for parts in (1, accumulate):
+            model = deterministic_vit()
+            history = fit(model, data, epochs=3, batch_size=batch_size, lr=lr, accumulate=parts,
+                          optimizer=optimizer, augment=random_shift(1), label_smoothing=0.1,
+                          progress=False)  # fmt: skip
+            runs.append((history, model.state_dict()))
+        (one, one_state), (many, many_state) = runs
+        # float32 sums in another order: a few 1e-8 in the loss over 3 epochs (measured)
+        assert many.train_loss == pytest.approx(one.train_loss, rel=0, abs=1e-6), optimizer
+        assert many.train_accuracy == one.train_accuracy, optimizer
+        if optimizer == "sgd":  # measured: at most 1.2e-7 apart
+            for name, tensor in one_state.items():
+                torch.testing.assert_close(many_state[name], tensor, atol=1e-6, rtol=0, msg=name)
+
+
+def test_accumulate_must_split_the_batch():
+    with pytest.raises(ValueError, match=r"accumulate=0 must be an int >= 1"):
+        fit(tiny_vit(), toy_problem(), epochs=1, accumulate=0, progress=False)
+    with pytest.raises(ValueError, match=r"accumulate=9 micro-batches cannot split a batch of 8"):
+        fit(tiny_vit(), toy_problem(), epochs=1, batch_size=8, accumulate=9, progress=False)
+    with pytest.raises(TypeError, match=r"accumulate must be an int"):
+        fit(tiny_vit(), toy_problem(), epochs=1, accumulate=2.0, progress=False)
+
+
+class TwoHeads(nn.Module):
+    """A distilled-ViT-like toy: two linear heads; both logits in training, their mean in eval."""
+
+    def __init__(self, n_cls=2):
+        super().__init__()
+        self.head = nn.Linear(16, n_cls)
+        self.head_dist = nn.Linear(16, n_cls)
+
+    def forward(self, images):
+        x = images.flatten(1)
+        logits, dist_logits = self.head(x), self.head_dist(x)
+        if self.training:
+            return logits, dist_logits
+        return (logits + dist_logits) / 2
+
+
+def test_a_criterion_gets_the_outputs_the_targets_and_the_augmented_images():
+    calls, augmented = [], []
+
+    def shift(images, generator):
+        out = random_shift(1)(images, generator)
+        augmented.append(out)
+        return out
+
+    def criterion(outputs, targets, images):
+        calls.append((outputs, targets, images, torch.is_autocast_enabled("cpu")))
+        logits, dist_logits = outputs
+        loss = F.cross_entropy(logits, targets) + F.cross_entropy(dist_logits, targets)
+        return (loss / 2).to(torch.bfloat16)  # fit takes the loss in fp32 whatever it returns
+
+    data = toy_problem()
+    history = fit(TwoHeads(), data, epochs=6, lr=0.05, batch_size=16, augment=shift,
+                  criterion=criterion, precision="bf16", progress=False)  # fmt: skip
+    assert len(calls) == 18 and history.train_loss[-1] < history.train_loss[0]
+    outputs, targets, images, autocast_on = calls[0]
+    assert isinstance(outputs, tuple) and outputs[0].dtype == torch.bfloat16 and autocast_on
+    assert torch.equal(images, augmented[0]) and targets.shape == (16,)  # what the model saw
+
+
+def test_training_accuracy_of_two_heads_counts_their_mean():
+    """head: class 0 by a margin of 1; head_dist: logits (-m, m) for the image mean m; their
+    mean picks class 1 where m > 1/2, each head alone elsewhere."""
+    model = TwoHeads(n_cls=2)
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.copy_(torch.tensor([1.0, 0.0]))
+        model.head_dist.weight.copy_(torch.tensor([-1.0, 1.0])[:, None].expand(2, 16) / 16)
+        model.head_dist.bias.zero_()
+    images, labels = toy_problem(48)
+    m = images.mean(dim=(1, 2, 3))
+    accuracy = {  # what each way of reading the two heads would count
+        "head": (labels == 0).float().mean().item(),
+        "head_dist": ((m > 0).long() == labels).float().mean().item(),
+        "mean": ((m > 0.5).long() == labels).float().mean().item(),
+    }
+    assert len(set(accuracy.values())) == 3
+    # a zero loss: the heads stay as set
+    history = fit(model, (images, labels), epochs=1, batch_size=16, lr=1e-9, weight_decay=0.0,
+                  criterion=lambda outputs, targets, images: 0 * outputs[0].sum(),
+                  progress=False)  # fmt: skip
+    assert history.train_accuracy == [pytest.approx(accuracy["mean"])]
+
+
+def test_tuple_outputs_need_a_criterion_and_a_criterion_owns_its_loss():
+    with pytest.raises(ValueError, match=r"returned a tuple of 2 tensors in train mode.*criterion"):
+        fit(TwoHeads(), toy_problem(), epochs=1, progress=False)
+    with pytest.raises(ValueError, match=r"label_smoothing=0.1 with a criterion"):
+        fit(TwoHeads(), toy_problem(), epochs=1, label_smoothing=0.1, progress=False,
+            criterion=lambda outputs, targets, images: outputs[0].sum())  # fmt: skip
+    with pytest.raises(TypeError, match=r"criterion must be a function"):
+        fit(TwoHeads(), toy_problem(), epochs=1, criterion="deit", progress=False)
+
+
+def test_repeated_augmentation_shows_fewer_images_more_often():
+    from vitbook.train import _order
+
+    for n, r in ((30, 3), (31, 3), (10, 1), (7, 7)):
+        order = _order(n, r, torch.Generator().manual_seed(2), torch.device("cpu"))
+        assert len(order) == n
+        distinct = order.unique_consecutive()
+        assert len(distinct) == math.ceil(n / r) == len(set(order.tolist()))
+        runs = torch.unique_consecutive(order, return_counts=True)[1]
+        assert (runs[:-1] == r).all() and runs[-1] <= r  # copies next to each other
+    plain = _order(12, 1, torch.Generator().manual_seed(5), torch.device("cpu"))
+    assert torch.equal(plain, torch.randperm(12, generator=torch.Generator().manual_seed(5)))
+    seen = []
+    fit(tiny_vit(), toy_problem(48), epochs=2, batch_size=12, repeated_augmentation=3,
+        augment=lambda x, g: seen.append(x.clone()) or x, progress=False)  # fmt: skip
+    epoch = torch.cat(seen[:4])  # (48, 1, 4, 4): 16 images, 3 copies each
+    assert len(torch.unique(epoch.flatten(1), dim=0)) == 16
+    with pytest.raises(ValueError, match=r"repeated_augmentation=49 is more than the 48"):
+        fit(tiny_vit(), toy_problem(48), epochs=1, repeated_augmentation=49, progress=False)
+
+
+def test_a_step_with_accumulation_touches_the_host_at_most_once(monkeypatch):
+    test_a_step_touches_the_host_at_most_once(monkeypatch, accumulate=4)
+
+
+def test_plotting_imports_train_and_train_does_not_import_plotting():
+    import subprocess
+
+    probe = "import sys, vitbook.train; assert 'vitbook.plotting' not in sys.modules"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    from vitbook.plotting import training
+
+    assert training.History is History

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vitbook.checkpoints import read_metadata
-from vitbook.experiments import _cpu_model_name
+from vitbook.experiments import _cpu_capability, _cpu_model_name
 from vitbook.train import evaluate
 from vitbook.transfer_digits import (
     HIGH_RES,
@@ -212,9 +212,16 @@ def test_summary_is_the_spread_of_the_runs(results, metric):
 
 
 def same_machine(results) -> bool:
-    here = (_cpu_model_name(), torch.__version__, platform.python_version())
+    """Whether the file was written here: the same CPU model and vector kernels (a file that
+    does not record its kernels cannot be shown to be), the same torch and Python."""
+    here = (
+        _cpu_model_name(), _cpu_capability(), torch.__version__, platform.python_version()
+    )
     parts = provenances(results["provenance"])
-    return all((part["cpu"], part["torch"], part["python"]) == here for part in parts)
+    return all(
+        (part["cpu"], part.get("cpu_capability"), part["torch"], part["python"]) == here
+        for part in parts
+    )
 
 
 @pytest.mark.parametrize(("setting", "shots", "seed"), SLICES)

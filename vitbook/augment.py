@@ -1,4 +1,5 @@
-"""Per-sample image augmentation on the device: crop and flip, RandAugment, MixUp and CutMix.
+"""Per-sample image augmentation on the device: crops and flips, random erasing, RandAugment,
+MixUp and CutMix.
 
 An augmentation is a callable ``augment(images, generator) -> images`` on a batch ``(B, C, H, W)``
 of floats in [0, 1], on the CPU or a GPU, with a ``torch.Generator`` on the same device. Each
@@ -10,53 +11,34 @@ A batch mix ``mix(images, labels, generator) -> (images, targets)`` also returns
 outside ``torch.compile``, which cannot trace a ``torch.Generator`` argument (``apply_ops``,
 which takes none, compiles without graph breaks).
 
-torchvision 0.28's ``transforms.v2`` draws once per call: ``RandAugment`` and
-``TrivialAugmentWide`` pick one op, magnitude and sign for a whole ``(B, C, H, W)`` tensor, so
-the policies here are written out, with its op list and magnitude bins, drawn per image.
+Values are never checked per batch (that would be a host sync): an augmentation that needs images
+in [0, 1] (RandAugment's ops act on 256 levels) says so in its ``value_range`` attribute, a mix
+its class count in ``num_classes``, and ``vitbook.train.fit`` checks the training data against
+them once. RandAugment and TrivialAugmentWide live in :mod:`vitbook.randaugment`, their ops in
+:mod:`vitbook.image_ops`; both are imported here too.
 
 See chapter: Real photos on a GPU.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from vitbook import _checks
+from vitbook.image_ops import ALL_OPS, OPS, apply_ops, check_call
+from vitbook.mixing import mixup_cutmix
+from vitbook.randaugment import _magnitude_table, rand_augment, trivial_augment_wide
 
-__all__ = ["OPS", "apply_ops", "compose", "mixup_cutmix", "rand_augment", "random_crop_flip"]
-__all__ += ["trivial_augment_wide"]
+__all__ = ["ALL_OPS", "OPS", "apply_ops", "compose", "mixup_cutmix", "rand_augment"]
+__all__ += ["random_crop_flip", "random_erasing", "random_resized_crop", "trivial_augment_wide"]
+__all__ += ["_magnitude_table"]  # torchvision's bins, for the tests that compare them
 
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Mix = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
-
-# torchvision's RandAugment ops, in its order; ops 1..9 take a random sign.
-OPS = (
-    "identity", "shear_x", "shear_y", "translate_x", "translate_y", "rotate",
-    "brightness", "color", "contrast", "sharpness",
-    "posterize", "solarize", "autocontrast", "equalize",
-)  # fmt: skip
-(IDENTITY, SHEAR_X, SHEAR_Y, TRANSLATE_X, TRANSLATE_Y, ROTATE,
- BRIGHTNESS, COLOR, CONTRAST, SHARPNESS,
- POSTERIZE, SOLARIZE, AUTOCONTRAST, EQUALIZE) = range(len(OPS))  # fmt: skip
-
-
-def _check_call(images: object, generator: object) -> torch.Tensor:
-    """Shape, dtype and device checks at call time (no values are read, so no host sync)."""
-    images_ = _checks.images(images)
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(
-            f"generator must be a torch.Generator, got {type(generator).__name__}; pass "
-            "torch.Generator(device=images.device).manual_seed(seed)."
-        )
-    if generator.device.type != images_.device.type:
-        raise ValueError(
-            f"the generator is on {generator.device} but the images are on {images_.device}; "
-            f"create it with torch.Generator(device={str(images_.device)!r})."
-        )
-    return images_
 
 
 def random_crop_flip(padding: int = 4, flip: bool = True) -> Augment:
@@ -89,7 +71,7 @@ def random_crop_flip(padding: int = 4, flip: bool = True) -> Augment:
     flip = _checks.boolean("flip", flip)
 
     def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        images = _check_call(images, generator)
+        images = check_call(images, generator)
         b, c, h, w = images.shape
         device, p = images.device, padding
         padded = F.pad(images, (p, p, p, p))  # (B, C, H + 2p, W + 2p), zeros around
@@ -106,322 +88,226 @@ def random_crop_flip(padding: int = 4, flip: bool = True) -> Augment:
     return augment
 
 
-def _affine(ops: torch.Tensor, m: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Per-sample inverse affine matrices ``(B, 2, 3)`` in ``F.affine_grid``'s units."""
-    one, zero = torch.ones_like(m), torch.zeros_like(m)
-    shift = torch.trunc(m)  # torchvision translates by int(magnitude) pixels
-    radians = torch.deg2rad(m)
-    cos, sin = radians.cos(), radians.sin()
-    rotate = ops == ROTATE
-    # In pixels from the image centre, y down, the output pixel (x, y) reads the input at
-    # (a x + b y + tx, c x + d y + ty): torchvision's matrices. Shears pivot on the top-left
-    # corner (centre=[0, 0] there), rotations on the centre.
-    a = torch.where(rotate, cos, one)
-    b = torch.where(ops == SHEAR_X, m, torch.where(rotate, -sin, zero))
-    c = torch.where(ops == SHEAR_Y, m, torch.where(rotate, sin, zero))
-    d = a
-    tx = torch.where(ops == SHEAR_X, m * height / 2, torch.where(ops == TRANSLATE_X, -shift, zero))
-    ty = torch.where(ops == SHEAR_Y, m * width / 2, torch.where(ops == TRANSLATE_Y, -shift, zero))
-    # affine_grid puts the image's edges at -1 and 1: divide x by W / 2 and y by H / 2
-    theta = [a, b * height / width, tx * 2 / width, c * width / height, d, ty * 2 / height]
-    return torch.stack(theta, dim=-1).view(-1, 2, 3)  # (B, 2, 3)
+ATTEMPTS = 10  # boxes drawn per image, as torchvision's and timm's loops try at most 10
 
 
-def _equalize(level: torch.Tensor) -> torch.Tensor:
-    """Histogram equalisation of integer levels 0..255, per image and channel, as PIL does."""
-    flat = level.flatten(-2).long()  # (B, C, H*W)
-    hist = torch.zeros(*flat.shape[:-1], 256, dtype=torch.long, device=level.device)
-    hist.scatter_add_(-1, flat, torch.ones_like(flat))  # (B, C, 256)
-    cum = hist.cumsum(-1)
-    brightest = hist.gather(-1, cum.argmax(-1, keepdim=True))  # count of the top level present
-    step = (flat.shape[-1] - brightest) // 255  # (B, C, 1); PIL leaves the image alone at 0
-    lut = ((cum[..., :-1] + step // 2) // step.clamp(min=1)).clamp(0, 255)
-    lut = torch.cat([torch.zeros_like(lut[..., :1]), lut], dim=-1)  # (B, C, 256), lut[0] = 0
-    equalized = lut.gather(-1, flat).view_as(level)
-    return torch.where(step[..., None] > 0, equalized, level.long())
+def _interval(name: str, value: object, at_most: float | None, fix: str) -> tuple[float, float]:
+    """A pair (low, high) of positive numbers, low <= high (<= ``at_most``)."""
+    if not (isinstance(value, tuple | list) and len(value) == 2):
+        raise TypeError(f"{name} must be a pair (low, high) of numbers, got {value!r}; {fix}.")
+    low, high = (
+        _checks.real(f"{name}[{k}]", v, low=0, open_low=True, high=at_most, fix=fix)
+        for k, v in enumerate(value)
+    )
+    if low > high:
+        raise ValueError(f"{name}={tuple(value)!r} has low > high; {fix}.")
+    return low, high
 
 
-def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
-    """Apply op ``OPS[ops[b]]`` at magnitude ``magnitudes[b]`` to each image ``b``.
+def _boxes(
+    b: int,
+    area: float,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    generator: torch.Generator,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sides of ``ATTEMPTS`` boxes per image: ``(sqrt(a r), sqrt(a / r))``, each (B, ATTEMPTS).
 
-    Magnitudes are in torchvision's units: shear factor (``x + m y``), pixels (cut to an int),
-    degrees (counter-clockwise), enhancement ``m`` for the factor ``1 + m``, bits kept, and the
-    solarize threshold in [0, 1]; identity, autocontrast and equalize ignore it. Geometric ops
-    sample the nearest pixel through one ``F.grid_sample`` with per-image matrices, zeros
-    outside; brightness, color, contrast and sharpness blend with their degenerate image in float
-    (torchvision's float path); posterize, autocontrast and equalize act on the 256 levels
-    ``round(255 x)`` as on uint8 images (torchvision's uint8 path and PIL), with integer
-    arithmetic. Differences from torchvision: blends are not truncated to integer levels, and
-    float posterize keeps ``round(255 x)``'s top bits (torchvision's float path floors
-    ``x * 2**bits`` instead); otherwise the same formulas.
+    The area ``a`` is uniform in ``scale`` times ``area``, the ratio ``r`` log-uniform in
+    ``ratio``; both are rounded to whole pixels.
+    """
+    shape = (b, ATTEMPTS)
+    u = torch.rand(shape, generator=generator, device=device)
+    v = torch.rand(shape, generator=generator, device=device)
+    target = area * (scale[0] + (scale[1] - scale[0]) * u)
+    low, high = math.log(ratio[0]), math.log(ratio[1])
+    aspect = torch.exp(low + (high - low) * v)
+    return (target * aspect).sqrt().round(), (target / aspect).sqrt().round()
+
+
+def _first_fit(fits: torch.Tensor, *sides: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Whether any attempt fits (B,), and each side of the first that does (B,)."""
+    first = fits.int().argmax(dim=1, keepdim=True)  # (B, 1): the first True (0 if none)
+    return fits.any(dim=1), *(side.gather(1, first).squeeze(1) for side in sides)
+
+
+def _offset(size: int, side: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A uniform offset in 0 .. size - side for each image (B,), as ``randint`` draws it."""
+    u = torch.rand(side.shape, generator=generator, device=side.device)
+    return torch.minimum(torch.floor(u * (size - side + 1)), size - side)
+
+
+def random_resized_crop(
+    scale: tuple[float, float] = (0.05, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    flip: bool = False,
+) -> Augment:
+    """The Inception crop: a random box of the image, resized back to H x W, drawn per image.
+
+    The ViT authors train with it (``inception_crop`` in vit_jax's ``input_pipeline.py``,
+    crop area 5% to 100%, then a flip); torchvision's ``RandomResizedCrop`` is the same idea.
+    A box covers a fraction of the image's area uniform in ``scale`` with a width / height
+    ratio log-uniform in ``ratio``, sides rounded to whole pixels, at a uniform position; it
+    is resized to H x W bilinearly (one ``F.grid_sample`` with per-image matrices, sampling
+    only inside the box, as cropping and then ``F.interpolate(..., align_corners=False)``).
+
+    How the box is drawn: torchvision tries up to 10 boxes one after another until one fits
+    inside the image, then falls back to the central crop of the largest box with a ratio in
+    ``ratio`` (the whole image when its own ratio is in range). Here every image draws all 10
+    boxes at once (``rand(B, 10)`` for the areas, then for the ratios) and takes the first
+    that fits, or that fallback: the same distribution, with no loop and no host sync, and the
+    generator always advances by the same amount. vit_jax's TensorFlow sampler differs a little
+    more: up to 100 attempts, a ratio uniform (not log-uniform) in [3/4, 4/3], and the whole
+    image as the fallback. Then ``rand(B)`` twice for the offsets (rows, columns) and, with
+    ``flip``, ``rand(B) < 0.5`` for the mirrored images.
 
     Args:
-        images: ``(B, C, H, W)`` floats in [0, 1], C = 1 or 3.
-        ops: ``(B,)`` int64 indices into ``OPS``, on the images' device.
-        magnitudes: ``(B,)`` floats, signed where the op takes a sign.
+        scale: (low, high) fraction of the image's area, in (0, 1]; (0.05, 1) as vit_jax,
+            torchvision's default is (0.08, 1).
+        ratio: (low, high) width / height of the box.
+        flip: also mirror each image left-right with probability 1/2.
 
     Returns:
-        ``(B, C, H, W)``, the images' dtype.
+        ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``.
+
+    Raises:
+        TypeError / ValueError: for a scale or ratio that is not a pair of positive numbers
+            with low <= high (scale at most 1), or a flip that is not a bool.
 
     Example:
-        >>> images = torch.rand(2, 3, 4, 5)
-        >>> ops = torch.tensor([OPS.index("rotate"), OPS.index("posterize")])
-        >>> apply_ops(images, ops, torch.tensor([9.0, 7.0])).shape
-        torch.Size([2, 3, 4, 5])
+        >>> crop = random_resized_crop(flip=True)
+        >>> crop(torch.rand(4, 3, 8, 8), torch.Generator().manual_seed(0)).shape
+        torch.Size([4, 3, 8, 8])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Fine-tuning a pretrained ViT.
     """
-    images = _checks.images(images)
-    b, c, h, w = images.shape
-    for name, value in (("ops", ops), ("magnitudes", magnitudes)):
-        if not isinstance(value, torch.Tensor) or value.shape != (b,):
-            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-            raise ValueError(f"{name} must be a tensor of shape (B,) = ({b},), got {shape}.")
-    if ops.is_floating_point():
-        raise TypeError(f"ops must hold integer indices into OPS, got dtype {ops.dtype}.")
-    if c not in (1, 3):
-        raise ValueError(f"images have C={c} channels; these ops need 1 (grey) or 3 (RGB).")
-    x = images.float()
-    m = magnitudes.float()
-    op = ops[:, None, None, None]  # (B, 1, 1, 1), to select per image
-    m4 = m[:, None, None, None]
-
-    theta = _affine(ops, m, h, w)  # (B, 2, 3)
-    grid = F.affine_grid(theta, [b, c, h, w], align_corners=False)  # (B, H, W, 2)
-    warped = F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
-    out = torch.where((op >= SHEAR_X) & (op <= ROTATE), warped, x)
-
-    # constants as Python numbers: a tensor made from a list would be a host-to-device copy
-    gray = x if c == 1 else 0.2989 * x[:, :1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:]  # (B, 1, H, W)
-    blurred = x.clone()  # PIL's SMOOTH filter (1 1 1, 1 5 1, 1 1 1) / 13, borders left alone
-    if h > 2 and w > 2:  # (sum over the 3 x 3 neighbourhood + 4 x centre) / 13
-        box_sum = 9 * F.avg_pool2d(x, 3, stride=1)  # (B, C, H - 2, W - 2)
-        blurred[..., 1:-1, 1:-1] = (box_sum + 4 * x[..., 1:-1, 1:-1]) / 13
-    degenerate = torch.where(op == BRIGHTNESS, 0.0, torch.where(op == COLOR, gray, blurred))
-    degenerate = torch.where(op == CONTRAST, gray.mean((-3, -2, -1), keepdim=True), degenerate)
-    factor = 1 + m4  # x f + degenerate (1 - f), written so that borders stay exact
-    blended = (x + (1 - factor) * (degenerate - x)).clamp(0, 1)
-    out = torch.where((op >= BRIGHTNESS) & (op <= SHARPNESS), blended, out)
-
-    level = (x * 255).round().long()  # the 256 levels of an 8-bit image
-    drop = (8 - torch.trunc(m4)).clamp(0, 8).long()  # posterize keeps the top bits
-    posterized = torch.where(drop > 0, (level >> drop << drop) / 255, x)
-    out = torch.where(op == POSTERIZE, posterized, out)
-    out = torch.where(op == SOLARIZE, torch.where(x >= m4, 1 - x, x), out)
-    low = level.amin((-2, -1), keepdim=True)  # (B, C, 1, 1)
-    high = level.amax((-2, -1), keepdim=True)
-    stretched = (level - low) * 255 // (high - low).clamp(min=1)  # PIL's lut, exact
-    out = torch.where(op == AUTOCONTRAST, torch.where(high > low, stretched, level) / 255, out)
-    out = torch.where(op == EQUALIZE, _equalize(level) / 255, out)
-    return out.to(images.dtype)
-
-
-def _magnitude_table(
-    wide: bool, bins: int, height: int, width: int, device: torch.device
-) -> torch.Tensor:
-    """``(len(OPS), bins)``: torchvision's magnitude bins per op, built on the device."""
-    if wide:  # TrivialAugmentWide's wider ranges
-        shear, tx, ty, rotate, enhance, bits_dropped = 0.99, 32.0, 32.0, 135.0, 0.99, 6
-    else:
-        shear, tx, ty, rotate, enhance = 0.3, 150 / 331 * width, 150 / 331 * height, 30.0, 0.9
-        bits_dropped = 4
-
-    def ramp(start: float, end: float) -> torch.Tensor:
-        return torch.linspace(start, end, bins, device=device)
-
-    zeros = torch.zeros(bins, device=device)
-    bits = (8 - torch.arange(bins, device=device) / ((bins - 1) / bits_dropped)).round()
-    rows = [zeros, ramp(0, shear), ramp(0, shear), ramp(0, tx), ramp(0, ty), ramp(0, rotate)]
-    rows += [ramp(0, enhance)] * 4 + [bits, ramp(1, 0)]
-    return torch.stack(rows + [zeros, zeros])  # (14, bins)
-
-
-def _policy(num_ops: int, magnitude: int | None, bins: int) -> Augment:
-    """Per-sample RandAugment (fixed magnitude bin) or TrivialAugmentWide (``magnitude=None``)."""
+    scale = _interval("scale", scale, 1.0, "use (0.05, 1.0), as the ViT authors")
+    ratio = _interval("ratio", ratio, None, "use (3 / 4, 4 / 3)")
+    flip = _checks.boolean("flip", flip)
 
     def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        images = _check_call(images, generator)
-        b, device = images.shape[0], images.device
-        shape = (num_ops, b)
-        ops = torch.randint(0, len(OPS), shape, generator=generator, device=device)
-        if magnitude is None:
-            bin_index = torch.randint(0, bins, shape, generator=generator, device=device)
-        else:
-            bin_index = torch.full(shape, magnitude, device=device)
-        negative = torch.rand(shape, generator=generator, device=device) <= 0.5
-        table = _magnitude_table(magnitude is None, bins, *images.shape[-2:], device)
-        values = table[ops, bin_index]  # (num_ops, B)
-        values = torch.where(negative & (ops >= SHEAR_X) & (ops <= SHARPNESS), -values, values)
-        for k in range(num_ops):  # a loop over the rounds, not over the images
-            images = apply_ops(images, ops[k], values[k])
-        return images
+        images = check_call(images, generator)
+        b, c, h, w = images.shape
+        if b == 0:
+            return images.clone()
+        device = images.device
+        box_w, box_h = _boxes(b, h * w, scale, ratio, generator, device)  # (B, 10) each
+        fits = (box_w > 0) & (box_w <= w) & (box_h > 0) & (box_h <= h)
+        found, box_w, box_h = _first_fit(fits, box_w, box_h)  # (B,) each
+        fall_w, fall_h = _fallback(h, w, ratio)
+        box_w = torch.where(found, box_w, fall_w)
+        box_h = torch.where(found, box_h, fall_h)
+        top = torch.where(found, _offset(h, box_h, generator), (h - fall_h) // 2)
+        left = torch.where(found, _offset(w, box_w, generator), (w - fall_w) // 2)
+        sign = torch.ones(b, device=device)
+        if flip:
+            sign = torch.where(torch.rand(b, generator=generator, device=device) < 0.5, -1.0, 1.0)
+        # affine_grid's units put the image's edges at -1 and 1: the box's centre and half-sides
+        zero = torch.zeros(b, device=device)
+        theta = [sign * box_w / w, zero, (2 * left + box_w) / w - 1,
+                 zero, box_h / h, (2 * top + box_h) / h - 1]  # fmt: skip
+        theta = torch.stack(theta, dim=-1).view(b, 2, 3)
+        grid = F.affine_grid(theta, [b, c, h, w], align_corners=False)  # (B, H, W, 2)
+        # sample only between the box's outer pixel centres, as cropping first would
+        grid = torch.stack([_inside(grid[..., 0], left, box_w, w),
+                            _inside(grid[..., 1], top, box_h, h)], dim=-1)  # fmt: skip
+        out = F.grid_sample(images.float(), grid, mode="bilinear", align_corners=False)
+        return out.to(images.dtype)
 
     return augment
 
 
-def rand_augment(num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31) -> Augment:
-    """RandAugment (Cubuk et al. 2020), drawn per image: ``num_ops`` ops, each one of ``OPS``.
+def _inside(
+    coords: torch.Tensor, start: torch.Tensor, side: torch.Tensor, size: int
+) -> torch.Tensor:
+    """Grid coordinates (B, H, W) clamped to a box's first and last pixel centres, per image."""
+    low = (2 * start + 1) / size - 1  # (B,) in affine_grid's units
+    high = (2 * (start + side) - 1) / size - 1
+    return coords.clamp(low[:, None, None], high[:, None, None])
 
-    Each image draws its own ops (uniform over the 14 of torchvision's ``RandAugment``, identity
-    included) and signs; all use magnitude bin ``magnitude`` of ``num_magnitude_bins``, with
-    torchvision's bins (rotate up to 30 degrees, translate up to 150/331 of the size, ...).
-    See ``apply_ops`` for the ops and how they differ from torchvision's.
+
+def _fallback(h: int, w: int, ratio: tuple[float, float]) -> tuple[int, int]:
+    """torchvision's fallback box (width, height): the largest central one with a ratio in range."""
+    if w / h < ratio[0]:
+        return w, int(round(w / ratio[0]))
+    if w / h > ratio[1]:
+        return int(round(h * ratio[1])), h
+    return w, h
+
+
+def random_erasing(
+    p: float = 0.25,
+    scale: tuple[float, float] = (0.02, 1 / 3),
+    ratio: tuple[float, float] = (0.3, 3.3),
+) -> Augment:
+    """Random erasing (Zhong et al. 2020) as timm and DeiT apply it: a box of noise, per image.
+
+    timm's ``RandomErasing(probability=0.25, mode="pixel", max_count=1)``, DeiT's setting: with
+    probability ``p`` an image gets one box of a fraction of its area uniform in ``scale``, with
+    a height / width ratio log-uniform in ``ratio``, at a uniform position; timm tries up to 10
+    boxes for one that fits strictly inside the image (else the image stays as it is), and here
+    all 10 are drawn at once per image and the first that fits is taken (no loop, no host sync).
+
+    timm's "pixel" mode fills the box with "per-pixel random (normal) color", drawn after the
+    images are normalised: N(0, 1) in the model's input units. Here the images are still in
+    [0, 1] before the model's ``Normalize``, so the box gets ``mean + std * N(0, 1)`` per pixel
+    and channel, with the batch's per-channel mean and standard deviation: after a ``Normalize``
+    with the data's statistics it is close to timm's N(0, 1). The box is not clipped to [0, 1],
+    as timm's is not: apply random erasing last (``compose(..., random_erasing())``), as timm
+    applies it after everything else.
+
+    The draws, in order: ``rand(B) < p`` (which images), ``rand(B, 10)`` for the areas and for
+    the ratios, ``rand(B)`` for the rows and the columns, ``randn(B, C, H, W)`` for the noise.
 
     Args:
-        num_ops: ops applied one after another (2 in the paper's CIFAR-10 recipe).
-        magnitude: the bin, 0 .. ``num_magnitude_bins - 1``; 9 of 31 is torchvision's default.
-        num_magnitude_bins: number of magnitude steps, at least 2.
+        p: the probability that an image gets a box; 0.25 in DeiT.
+        scale: (low, high) fraction of the image's area, in (0, 1].
+        ratio: (low, high) height / width of the box; timm's default is (0.3, 1 / 0.3).
 
     Returns:
         ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``.
 
     Raises:
-        TypeError / ValueError: for arguments that are not ints in range.
+        TypeError / ValueError: for a p outside [0, 1], or a scale or ratio that is not a pair
+            of positive numbers with low <= high (scale at most 1).
 
     Example:
-        >>> augment = rand_augment(num_ops=2, magnitude=9)
-        >>> augment(torch.rand(4, 3, 8, 8), torch.Generator().manual_seed(0)).shape
-        torch.Size([4, 3, 8, 8])
+        >>> erase = random_erasing(p=1.0)
+        >>> images = torch.rand(4, 3, 8, 8)
+        >>> erased = erase(images, torch.Generator().manual_seed(0)) != images  # (B, C, H, W)
+        >>> erased.flatten(1).any(dim=1).tolist()  # every image got a box
+        [True, True, True, True]
 
     See chapter: Real photos on a GPU.
     """
-    _checks.integer("num_ops", num_ops, minimum=0, fix="use 2, as in the paper")
-    bins = _checks.integer("num_magnitude_bins", num_magnitude_bins, minimum=2, fix="use 31")
-    _checks.integer("magnitude", magnitude, minimum=0, fix="use 9")
-    if magnitude >= bins:
-        raise ValueError(
-            f"magnitude={magnitude} must be below num_magnitude_bins={bins}; use 0 .. {bins - 1}."
-        )
-    return _policy(num_ops, magnitude, bins)
+    p = _checks.real("p", p, low=0.0, high=1.0, fix="DeiT uses 0.25")
+    scale = _interval("scale", scale, 1.0, "use (0.02, 1 / 3), as timm")
+    ratio = _interval("ratio", ratio, None, "use (0.3, 3.3)")
 
-
-def trivial_augment_wide(num_magnitude_bins: int = 31) -> Augment:
-    """TrivialAugmentWide (Müller and Hutter 2021), drawn per image: one op, a random magnitude.
-
-    Each image draws one of ``OPS``, a magnitude bin uniform in ``0 .. num_magnitude_bins - 1``
-    and a sign, over torchvision's wide bins (rotate up to 135 degrees, translate up to 32
-    pixels, posterize down to 2 bits, ...). See ``apply_ops`` for the ops.
-
-    Args:
-        num_magnitude_bins: number of magnitude steps, at least 2; 31 as in torchvision.
-
-    Returns:
-        ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``.
-
-    Raises:
-        TypeError / ValueError: for a number of bins that is not an int >= 2.
-
-    Example:
-        >>> augment = trivial_augment_wide()
-        >>> augment(torch.rand(4, 3, 8, 8), torch.Generator().manual_seed(0)).shape
-        torch.Size([4, 3, 8, 8])
-
-    See chapter: Real photos on a GPU.
-    """
-    bins = _checks.integer("num_magnitude_bins", num_magnitude_bins, minimum=2, fix="use 31")
-    return _policy(1, None, bins)
-
-
-def mixup_cutmix(
-    n_cls: int,
-    mixup_alpha: float = 0.8,
-    cutmix_alpha: float = 1.0,
-    switch_prob: float = 0.5,
-    label_smoothing: float = 0.0,
-) -> Mix:
-    """MixUp (Zhang et al. 2018) or CutMix (Yun et al. 2019) on a batch, as DeiT trains.
-
-    One draw per batch, as in DeiT and timm's batch mode: CutMix with probability
-    ``switch_prob``, else MixUp, with ``lam ~ Beta(alpha, alpha)``; image ``b`` is mixed with
-    image ``B - 1 - b`` (the batch flipped). MixUp returns ``lam x + (1 - lam) x_flipped``;
-    CutMix pastes a box of about ``(1 - lam) H W`` pixels from the partner, centred uniformly and
-    clipped at the edges, and sets ``lam`` to the share of pixels kept. The targets are
-    ``lam y + (1 - lam) y_flipped``, where ``y`` is one-hot, smoothed to ``1 - s + s / n_cls`` and
-    ``s / n_cls``. Every draw stays on the device: no host sync.
-
-    Args:
-        n_cls: number of classes.
-        mixup_alpha: Beta parameter of MixUp; 0 turns MixUp off.
-        cutmix_alpha: Beta parameter of CutMix; 0 turns CutMix off.
-        switch_prob: probability of CutMix when both are on.
-        label_smoothing: s in [0, 1).
-
-    Returns:
-        ``mix(images (B, C, H, W), labels (B,) int64, generator) -> (images, targets (B, n_cls))``.
-
-    Raises:
-        TypeError / ValueError: for arguments out of range, or both alphas 0.
-
-    Example:
-        >>> mix = mixup_cutmix(n_cls=10)
-        >>> images, targets = mix(torch.rand(4, 3, 8, 8), torch.tensor([0, 1, 2, 3]),
-        ...                       torch.Generator().manual_seed(0))
-        >>> images.shape, targets.shape, targets.sum(1)
-        (torch.Size([4, 3, 8, 8]), torch.Size([4, 10]), tensor([1., 1., 1., 1.]))
-
-    See chapter: Real photos on a GPU.
-    """
-    n_cls = _checks.integer("n_cls", n_cls, minimum=2, fix="use 10 for CIFAR-10")
-    mixup_alpha = _checks.real("mixup_alpha", mixup_alpha, low=0.0, fix="use 0.8 (DeiT)")
-    cutmix_alpha = _checks.real("cutmix_alpha", cutmix_alpha, low=0.0, fix="use 1.0 (DeiT)")
-    switch_prob = _checks.real("switch_prob", switch_prob, low=0.0, high=1.0, fix="use 0.5")
-    smoothing = _checks.real("label_smoothing", label_smoothing, low=0.0, high=1.0, open_high=True)
-    if mixup_alpha == 0 and cutmix_alpha == 0:
-        raise ValueError(
-            "mixup_alpha=0 and cutmix_alpha=0 turn both mixes off; set one of them above 0 "
-            "(DeiT: 0.8 and 1.0), or train without a mix."
-        )
-    off = smoothing / n_cls
-    on = 1.0 - smoothing + off
-
-    def mix(
-        images: torch.Tensor, labels: torch.Tensor, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        images = _check_call(images, generator)
-        b, _, h, w = images.shape
+    def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        images = check_call(images, generator)
+        b, c, h, w = images.shape
+        if b == 0:
+            return images.clone()
         device = images.device
-        if not isinstance(labels, torch.Tensor) or labels.dtype != torch.long:
-            got = getattr(labels, "dtype", type(labels).__name__)
-            raise TypeError(f"labels must be an int64 tensor of class indices, got {got}.")
-        if labels.shape != (b,) or labels.device != device:
-            got = f"{tuple(labels.shape)} on {labels.device}"
-            raise ValueError(f"labels must have shape (B,) = ({b},) on {device}, got {got}.")
+        erased = torch.rand(b, generator=generator, device=device) < p  # (B,)
+        box_h, box_w = _boxes(b, h * w, scale, ratio, generator, device)  # (B, 10) each
+        found, box_h, box_w = _first_fit((box_w < w) & (box_h < h), box_h, box_w)  # (B,) each
+        top, left = _offset(h, box_h, generator), _offset(w, box_w, generator)
+        rows = torch.arange(h, device=device)  # (H,)
+        cols = torch.arange(w, device=device)
+        in_rows = (rows >= top[:, None]) & (rows < (top + box_h)[:, None])  # (B, H)
+        in_cols = (cols >= left[:, None]) & (cols < (left + box_w)[:, None])  # (B, W)
+        box = in_rows[:, None, :, None] & in_cols[:, None, None, :]  # (B, 1, H, W)
+        box &= (erased & found)[:, None, None, None]
+        x = images.float()
+        mean = x.mean(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1), the batch's statistics
+        std = x.std(dim=(0, 2, 3), keepdim=True, correction=0)
+        noise = mean + std * torch.randn(x.shape, generator=generator, device=device)
+        return torch.where(box, noise, x).to(images.dtype)
 
-        def beta(alpha: float) -> torch.Tensor:  # one Beta(alpha, alpha) draw, on the device
-            if alpha == 0:
-                return torch.ones((), device=device)
-            pair = torch.full((2,), alpha, device=device)
-            return torch._sample_dirichlet(pair, generator=generator)[0]  # as torch's Beta does
-
-        if mixup_alpha > 0 and cutmix_alpha > 0:
-            use_cutmix = torch.rand((), generator=generator, device=device) < switch_prob
-        else:
-            use_cutmix = torch.full((), cutmix_alpha > 0, device=device)
-        lam_mixup, lam_cutmix = beta(mixup_alpha), beta(cutmix_alpha)
-
-        def span(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-            """The box's rows (or columns): a uniform centre, +-n sqrt(1 - lam) / 2, clipped."""
-            centre = torch.randint(0, n, (), generator=generator, device=device)
-            half = (n * (1 - lam_cutmix).sqrt()).floor().long() // 2
-            start, end = (centre - half).clamp(0, n), (centre + half).clamp(0, n)
-            index = torch.arange(n, device=device)
-            return (index >= start) & (index < end), end - start
-
-        rows, box_h = span(h)  # (H,)
-        cols, box_w = span(w)  # (W,)
-        box = rows[:, None] & cols[None, :]  # (H, W), True where the partner shows
-        kept = 1 - box_h * box_w / (h * w)  # CutMix's lam: the share of pixels kept
-
-        partner = images.flip(0)
-        cut = torch.where(box, partner, images)
-        blend = lam_mixup * images + (1 - lam_mixup) * partner
-        mixed = torch.where(use_cutmix, cut, blend)
-        lam = torch.where(use_cutmix, kept, lam_mixup).float()
-        classes = torch.arange(n_cls, device=device)
-        onehot = off + (on - off) * (labels[:, None] == classes).float()  # (B, n_cls), smoothed
-        return mixed, lam * onehot + (1 - lam) * onehot.flip(0)
-
-    return mix
+    return augment
 
 
 def compose(*augments: Augment) -> Augment:
@@ -452,4 +338,7 @@ def compose(*augments: Augment) -> Augment:
             images = step(images, generator)
         return images
 
+    ranges = [step.value_range for step in augments if hasattr(step, "value_range")]
+    if ranges:  # the composition needs what its steps need
+        augment.value_range = (max(r[0] for r in ranges), min(r[1] for r in ranges))
     return augment

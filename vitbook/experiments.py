@@ -304,6 +304,15 @@ def _cpu_model_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_capability() -> str:
+    """The vector instructions torch's CPU kernels use here (``"AVX2"``, ``"AVX512"``, ...).
+
+    Two CPUs with one model name ("AMD EPYC") can differ in it, and kernels of different widths
+    round float sums differently: an exact re-run needs the same capability, not only the name.
+    """
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
 def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
     """The stored results as plain dicts: ``provenance``, ``recipe``, ``base_vit``, ``experiments``.
 

@@ -2,10 +2,12 @@
 
 ``fit`` runs mini-batch AdamW (or SGD) with a linear warm-up and a cosine decay of the learning
 rate, the recipe of ViT and DeiT, scaled down; ``evaluate`` and ``predict`` run a model in eval mode
-without gradients; ``plot_history`` draws the learning curves. Data are plain tensors,
-``(images (B, C, H, W), labels (B,))``; ``fit`` moves them to the model's device (CPU or CUDA), the
-model never moves them itself. On a GPU ``fit`` trains in mixed precision, keeps the data on the
-GPU when they fit, augments there, and waits for the GPU once per step.
+without gradients (``vitbook.plotting.plot_history`` draws the learning curves). Data are plain
+tensors, ``(images (B, C, H, W), labels (B,))``; ``fit`` moves them to the model's device (CPU or
+CUDA), the model never moves them itself. On a GPU ``fit`` trains in mixed precision, keeps the
+data on the GPU when they fit, augments there, and waits for the GPU once per step.
+:mod:`vitbook.optim` builds the optimizer and the schedule, :mod:`vitbook.train_step` runs one
+step, and ``vitbook._train_checks`` checks what comes in.
 
 A ``tqdm.auto`` progress bar shows the epochs (a widget in Jupyter, text elsewhere). Turn it off
 with ``progress=False``, or for every call by setting the environment variable
@@ -26,24 +28,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitbook import _checks
-from vitbook.plotting.training import plot_history  # re-exported: it draws a History
+from vitbook import _checks, _train_checks
+from vitbook.optim import lr_factor, make_optimizer, param_groups
+from vitbook.train_step import TrainStep, autocast
 
-__all__ = [
-    "History",
-    "evaluate",
-    "fit",
-    "plot_history",
-    "predict",
-    "random_shift",
-    "resolve_precision",
-]
+__all__ = ["History", "evaluate", "fit", "predict", "random_shift", "resolve_precision"]
 
 Data = tuple[torch.Tensor, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Mix = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
+Criterion = Callable[[object, torch.Tensor, torch.Tensor], torch.Tensor]
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-OPTIMIZERS = ("adamw", "sgd")
 
 
 @dataclass
@@ -151,14 +146,6 @@ def random_shift(max_shift: int = 1) -> Augment:
     return augment
 
 
-def _schedule(step: int, total: int, warmup: int) -> float:
-    """Learning-rate factor: linear warm-up to 1, then a cosine down to 0."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
 def resolve_precision(precision: str, device: str | torch.device) -> str:
     """The precision ``fit`` trains in: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
 
@@ -182,11 +169,6 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
     return "fp32"
 
 
-def _autocast(device: torch.device, precision: str) -> torch.autocast:
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    return torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32")
-
-
 def _fits_on(device: torch.device, *tensors: torch.Tensor) -> bool:
     """Whether the tensors can live on ``device`` beside training: under half its free memory."""
     if device.type != "cuda":
@@ -204,16 +186,6 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-def _optimizer(
-    name: str, params: list[nn.Parameter], lr: float, weight_decay: float, device: torch.device
-) -> torch.optim.Optimizer:
-    # The fused CUDA kernels also take the gradient scaler's verdict on the GPU, without a sync.
-    fused = {"fused": True} if device.type == "cuda" else {}
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay, **fused)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **fused)
-
-
 def fit(
     model: nn.Module,
     train_data: Data,
@@ -223,7 +195,8 @@ def fit(
     weight_decay: float = 0.05,
     batch_size: int = 64,
     seed: int = 0,
-    warmup_epochs: int = 1,
+    warmup_epochs: int | None = None,
+    warmup_steps: int | None = None,
     label_smoothing: float = 0.0,
     augment: Augment | None = None,
     mix: Mix | None = None,
@@ -232,45 +205,61 @@ def fit(
     precision: str = "auto",
     optimizer: str = "adamw",
     clip_grad_norm: float | None = None,
+    accumulate: int = 1,
+    weight_decay_rule: str = "all",
+    criterion: Criterion | None = None,
+    repeated_augmentation: int = 1,
+    compile: bool = False,
     progress: bool = True,
 ) -> History:
     """Train ``model`` in place with AdamW, warm-up and cosine decay; return the learning curves.
 
     Each epoch visits every training image once, in a fresh random order. The learning rate rises
-    linearly over ``warmup_epochs`` and then follows a cosine to 0 at the last step, per batch.
-    ``seed`` seeds the order, the augmentation and torch's global generator (for dropout and
-    stochastic depth), so the same model initialisation and the same seed give the same history
-    on the same machine.
+    linearly over the warm-up and then follows a cosine to 0 at the last step, per optimizer
+    step. ``seed`` seeds the order, the augmentation and torch's global generator (for dropout
+    and stochastic depth), so the same model initialisation and the same seed give the same
+    history on the same machine.
 
     On a GPU the loop does what a fast hand-written loop does: the training images move to the
     GPU once when they take less than half its free memory (else each batch moves), the order
     and the augmentation are drawn there, the forward pass runs in mixed precision
-    (``precision``), and each step touches the host once, to check that the loss and the
-    gradients are finite before the weights change. Losses and accuracies are summed on the
-    device and read once per epoch.
+    (``precision``), and each step touches the host once, to check that the loss, the gradients
+    and the updated weights are finite. Losses and accuracies are summed on the device and read
+    once per epoch. ``vitbook.train_step`` holds the step itself.
 
     Under ``torchrun`` (a ``torch.distributed`` process group set up by the caller), every
     process draws the same order and augmentation for the global batch of ``batch_size`` images
     and trains on its share of it inside PyTorch's ``DistributedDataParallel``, which averages
-    the gradients: the same steps as one process with the whole batch (dropout and stochastic
-    depth draw their own masks in each process).
+    the gradients; each share's loss is weighted by its size, so uneven shares (the last batch)
+    give the gradient of the global batch, as one process with the whole batch (dropout and
+    stochastic depth draw their own masks in each process).
 
     Args:
         model: maps (B, C, H, W) images to (B, n_cls) logits; trained in place, left in train
             mode. Only parameters with ``requires_grad`` are trained (freeze the rest for a
-            linear probe).
+            linear probe). In train mode it may return a tuple of logits (a distilled ViT's two
+            heads); then ``criterion`` makes the loss, and the training accuracy counts the
+            mean of the tuple's logits.
         train_data: ``(images (B, C, H, W) float, labels (B,) int64)``.
         epochs: passes over ``train_data``.
-        lr: the peak learning rate; weight_decay: the optimizer's weight decay (decoupled for
-            AdamW).
-        batch_size: images per step (the last batch of an epoch may be smaller).
+        lr: the peak learning rate.
+        weight_decay: the optimizer's weight decay (decoupled for AdamW). DeiT uses 0.05; the
+            ViT paper pre-trains with 0.3 (ImageNet), 0.03 (ImageNet-21k) and 0.1 (JFT-300M)
+            (its Table 3) and fine-tunes with 0.
+        batch_size: images per optimizer step (the last batch of an epoch may be smaller).
         seed: seeds everything random in training.
-        warmup_epochs: epochs of linear warm-up (0 for none).
-        label_smoothing: passed to ``F.cross_entropy``; 0.1 in DeiT.
+        warmup_epochs: epochs of linear warm-up (0 for none); ``None`` means 1, unless
+            ``warmup_steps`` is given.
+        warmup_steps: optimizer steps of linear warm-up instead (the ViT authors warm up over
+            500 steps); give one of ``warmup_epochs`` and ``warmup_steps``.
+        label_smoothing: passed to ``F.cross_entropy``; 0.1 in DeiT. Not with ``criterion``.
         augment: ``augment(images, generator) -> images``, applied to each training batch on the
-            training device with a generator there, e.g. :func:`random_shift`.
+            training device with a generator there, e.g. :func:`random_shift`. An augmentation
+            whose ``value_range`` attribute is ``(0.0, 1.0)`` (RandAugment's) gets the training
+            images checked to lie in [0, 1], once.
         mix: ``mix(images, labels, generator) -> (images, targets (B, n_cls))``, after
-            ``augment``: MixUp or CutMix with soft targets (see :mod:`vitbook.augment`).
+            ``augment``: MixUp or CutMix with soft targets (see :mod:`vitbook.augment`). A
+            ``num_classes`` attribute is checked against the labels, once.
         eval_data: evaluated after every epoch, if given (the validation split).
         device: where to train; by default the device of the model's parameters.
         precision: ``"auto"`` (bf16 on recent GPUs, fp16 with a gradient scaler on older ones,
@@ -279,6 +268,27 @@ def fit(
         optimizer: ``"adamw"`` or ``"sgd"`` (momentum 0.9, as the ViT paper fine-tunes).
         clip_grad_norm: scale the gradients down to this global norm when above it (1.0 in the
             ViT paper); ``None`` for no clipping.
+        accumulate: micro-batches per optimizer step (gradient accumulation): each step adds up
+            the gradients of ``accumulate`` micro-batches of about ``batch_size / accumulate``
+            images, weighted so that the sum is the gradient of the whole batch; memory is that
+            of one micro-batch. The ViT authors' batch of 512 is 8 micro-batches of 64.
+        weight_decay_rule: ``"all"`` decays every trained parameter; ``"timm"`` spares biases,
+            norms, position embeddings and tokens, as timm and DeiT do (see
+            :func:`vitbook.optim.param_groups`).
+        criterion: ``criterion(outputs, targets, images) -> loss``, a scalar, the mean over the
+            images, in place of cross-entropy: for losses that need more than logits and labels
+            (DeiT's distillation). ``outputs`` is what the model returned, ``targets`` the labels
+            (B,) or the mix's soft targets (B, n_cls), ``images`` the augmented, mixed batch the
+            model saw (so a teacher sees the same). It runs in the forward pass's autocast (a
+            teacher's forward runs in the same precision); its loss is taken in fp32.
+        repeated_augmentation: DeiT's repeated augmentation: each epoch shows about
+            ``len(train_data) / r`` distinct images ``r`` times each, the copies next to each
+            other in the order (so in the same batch, as DeiT's ``RASampler`` puts them in the
+            same step across its processes), each augmented on its own; the epoch keeps its
+            length. 1 (the default) is plain shuffling.
+        compile: ``torch.compile`` the forward pass and the loss (CUDA graphs on a GPU; see
+            :mod:`vitbook.train_step`); the first call compiles for a while. Not under
+            ``torchrun``.
         progress: show a ``tqdm.auto`` bar (also off when ``VITBOOK_PROGRESS=0``).
 
     Returns:
@@ -286,14 +296,19 @@ def fit(
 
     Raises:
         TypeError: data that are not ``(float images, int64 labels)`` pairs; an argument of the
-            wrong type (a str for ``lr``, a non-callable ``augment``, ...).
+            wrong type (a str for ``lr``, a non-callable ``augment``, ...); an augmentation or mix
+            whose first output is not a tensor of the images' dtype.
         ValueError: before the first step, an argument out of range, unequal lengths, images
-            holding NaN or inf, labels outside ``0 .. n_cls-1``, or a model with nothing to
-            train (the model is not touched); during training, the first non-finite loss or
-            gradient stops it before the step that would have spread it, so the model keeps
-            the weights of the step before (the optimizer state is discarded with the error).
-            In fp16 an overflowing gradient is the gradient scaler's business: that step is
-            skipped and the scale lowered, as mixed-precision training does.
+            holding NaN or inf (or outside [0, 1] for an augmentation that needs that range),
+            labels outside ``0 .. n_cls-1`` (for eval data: at the first evaluation, from the
+            logits' width), a model with nothing to train or with non-finite weights (the model
+            is not touched); at the first step, outputs of the wrong shape; during training, the
+            first non-finite loss or gradient, or an update that made the weights or buffers not
+            finite: the step is undone, so the model keeps the weights and buffers it had after
+            the step before (the optimizer state is discarded with the error). In fp16 an
+            overflowing gradient or a non-finite loss is the gradient scaler's business: that
+            step is skipped and the scale lowered, as mixed-precision training does (10 such
+            steps in a row stop training: the forward pass overflows fp16).
 
     Example:
         >>> _ = torch.manual_seed(0)
@@ -312,41 +327,12 @@ def fit(
     images, labels = _checks.labelled_data("train_data", train_data, num_classes)
     if eval_data is not None:
         eval_data = _checks.labelled_data("eval_data", eval_data, num_classes)
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive int; use e.g. {name}=10.")
-    _checks.integer("warmup_epochs", warmup_epochs, fix="use 0 for no warm-up")
-    _checks.integer("seed", seed, minimum=-(2**63))
-    lr = _checks.real("lr", lr, fix="1e-3 is a good start for AdamW")
-    if not lr > 0:
-        raise ValueError(f"lr={lr!r} must be positive; 1e-3 is a good start for AdamW.")
-    _checks.real("weight_decay", weight_decay, low=0, fix="ViT and DeiT use 0.05")
-    _checks.real("label_smoothing", label_smoothing, low=0, high=1, open_high=True,
-                 fix="DeiT uses 0.1")
-    for name, function, form in (
-        ("augment", augment, "augment(images, generator) or None, got {}; e.g. random_shift(1)"),
-        ("mix", mix, "mix(images, labels, generator) or None, got {}; e.g. a MixUp"),
-    ):
-        if function is not None and not callable(function):
-            raise TypeError(f"{name} must be a function {form.format(type(function).__name__)}.")
-    precision = resolve_precision(precision, device)
-    _checks.choice("optimizer", optimizer, OPTIMIZERS)
-    if clip_grad_norm is not None:
-        _checks.real("clip_grad_norm", clip_grad_norm, low=0, open_low=True,
-                     fix="the ViT paper clips at 1.0")
-    _checks.boolean("progress", progress)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError(
-            "the model has no parameter with requires_grad=True, so there is nothing to train; "
-            "unfreeze at least the head (model.head.requires_grad_(True))."
-        )
     rank, world = _world()
-    if batch_size % world:
-        raise ValueError(
-            f"batch_size={batch_size} is the global batch of {world} processes, so it must be a "
-            f"multiple of {world}; use e.g. batch_size={batch_size - batch_size % world or world}."
-        )
+    _train_checks.recipe(locals(), world)
+    precision = resolve_precision(precision, device)
+    _train_checks.data_for(augment, mix, images, labels, num_classes)
+    params = [p for p in model.parameters() if p.requires_grad]
+    _train_checks.weights(model, params)
     model.to(device)
     net = model if world == 1 else nn.parallel.DistributedDataParallel(
         model, device_ids=[device] if device.type == "cuda" else None
@@ -359,64 +345,52 @@ def fit(
     augment_generator = (
         generator if data_device == device else torch.Generator(device).manual_seed(seed)
     )
-    optim = _optimizer(optimizer, params, lr, weight_decay, device)
+    optim = make_optimizer(
+        optimizer, param_groups(model, weight_decay, weight_decay_rule), lr, device
+    )
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     steps_per_epoch = math.ceil(len(images) / batch_size)
-    total, warmup = epochs * steps_per_epoch, warmup_epochs * steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optim, lambda step: _schedule(step, total, warmup)
-    )
+    total = epochs * steps_per_epoch
+    warmup = warmup_steps if warmup_steps is not None else (
+        (1 if warmup_epochs is None else warmup_epochs) * steps_per_epoch
+    )  # fmt: skip
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: lr_factor(s, total, warmup))
+    train_step = TrainStep(
+        model, net, optim, scheduler, scaler, params, precision=precision, device=device,
+        criterion=criterion, label_smoothing=label_smoothing, accumulate=accumulate,
+        clip_grad_norm=clip_grad_norm, lr=lr, rank=rank, world=world, compile=compile,
+    )  # fmt: skip
+    evaluator = _Evaluator(model, eval_data, max(256, batch_size), device, precision)
     history = History(precision=precision)
     bar = None
     if _progress_enabled(progress) and rank == 0:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=epochs, desc="training", unit="epoch")
-    step = 0
     for epoch in range(epochs):
         start = time.perf_counter()
         model.train()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        correct = torch.zeros((), dtype=torch.int64, device=device)
-        order = torch.randperm(len(images), generator=generator, device=data_device)
+        train_step.new_epoch()
+        order = _order(len(images), repeated_augmentation, generator, data_device)
         for batch in order.split(batch_size):
             x = images[batch].to(device, non_blocking=True)  # (b, C, H, W)
             y = labels[batch].to(device, non_blocking=True)  # (b,)
+            first = train_step.steps == 0
             if augment is not None:
-                x = augment(x, augment_generator)
+                x = _train_checks.augmented(augment(x, augment_generator), x, "augment", first)
             targets = y
             if mix is not None:
-                x, targets = mix(x, y, augment_generator)  # targets (b, n_cls), soft
-            if world > 1:  # every process drew the same global batch; each takes its share
-                x, y, targets = (t.tensor_split(world)[rank] for t in (x, y, targets))
-            with _autocast(device, precision):
-                logits = net(x)  # (b, n_cls)
-            if step == 0:
-                _checks.logits(logits, labels)
-            logits = logits if precision == "fp32" else logits.float()  # the loss in fp32
-            loss = F.cross_entropy(logits, targets, label_smoothing=label_smoothing)
-            optim.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            # The one host sync of the step: stop before a non-finite loss or gradient reaches
-            # the weights, which stay as they were, and say where training went wrong.
-            where = f"epoch {epoch + 1}, step {step + 1} of {total}"
-            _check_step(optim, params, loss, scaler, clip_grad_norm, world, where, lr)
-            scaler.step(optim)
-            scaler.update()
-            scheduler.step()
-            step += 1
-            loss_sum += loss.detach().double() * len(y)
-            correct += (logits.argmax(dim=1) == y).sum()
+                x, targets = _train_checks.mixed(mix(x, y, augment_generator), x, "mix", first)
+            where = f"epoch {epoch + 1}, step {train_step.steps + 1} of {total}"
+            train_step(x, y, targets, where)
         if world > 1:  # the sums over every process's share
-            torch.distributed.all_reduce(loss_sum)
-            torch.distributed.all_reduce(correct)
-        history.train_loss.append(loss_sum.item() / len(images))
-        history.train_accuracy.append(correct.item() / len(images))
+            torch.distributed.all_reduce(train_step.loss_sum)
+            torch.distributed.all_reduce(train_step.correct)
+        counted = train_step.counted.item()
+        history.train_loss.append(train_step.loss_sum.item() / counted if counted else math.nan)
+        history.train_accuracy.append(train_step.correct.item() / counted if counted else math.nan)
         if eval_data is not None:
-            history.eval_accuracy.append(
-                _accuracy(model, eval_data, batch_size=max(256, batch_size), device=device,
-                          precision=precision)
-            )
+            history.eval_accuracy.append(evaluator())
             model.train()
         history.seconds.append(time.perf_counter() - start)
         if bar is not None:
@@ -430,37 +404,38 @@ def fit(
     return history
 
 
-def _check_step(
-    optim: torch.optim.Optimizer,
-    params: list[nn.Parameter],
-    loss: torch.Tensor,
-    scaler: torch.amp.GradScaler,
-    clip_grad_norm: float | None,
-    world: int,
-    where: str,
-    lr: float,
-) -> None:
-    """Clip if asked; raise, before the update, if the loss or the gradients are not finite."""
-    grads = [p.grad for p in params if p.grad is not None]
-    finite = loss.isfinite()
-    if grads:
-        scaler.unscale_(optim)  # a no-op unless fp16: the gradients' true size, for clipping
-        norm = torch.nn.utils.get_total_norm(grads)  # not finite iff a gradient is not
-        if clip_grad_norm is not None:
-            torch.nn.utils.clip_grads_with_norm_(params, clip_grad_norm, norm)
-        if not scaler.is_enabled():  # with fp16, the scaler skips overflowing steps itself
-            finite = finite & norm.isfinite()
-    if world > 1:  # stop every process if one must stop
-        finite = finite.to(torch.int32)
-        torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
-    if bool(finite):
-        return
-    what = f"loss is {loss.item()}" if not torch.isfinite(loss) else "gradients are not finite"
-    raise ValueError(
-        f"the training {what} at {where}; training stopped before this step, so the model "
-        "keeps the weights it had after the step before. "
-        f"Lower lr (now {lr:g}), check the data and the model, or use fewer epochs."
-    )
+def _order(
+    n: int, repeats: int, generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """An epoch's order of the n training images: a permutation, or repeated augmentation.
+
+    With ``repeats`` r > 1, the first ceil(n / r) images of a permutation, each r times in a
+    row, cut to n: DeiT's ``RASampler`` (which does it across processes).
+    """
+    order = torch.randperm(n, generator=generator, device=device)  # (n,)
+    if repeats == 1:
+        return order
+    return order[: math.ceil(n / repeats)].repeat_interleave(repeats)[:n]  # (n,)
+
+
+class _Evaluator:
+    """Accuracy on ``eval_data`` after each epoch; its labels are checked at the first call,
+    against the logits' width (the model's number of classes, with or without a config)."""
+
+    def __init__(self, model, data, batch_size, device, precision) -> None:
+        self.model, self.data, self.batch_size = model, data, batch_size
+        self.device, self.precision, self.checked = device, precision, False
+
+    def __call__(self) -> float:
+        images, labels = self.data
+        probabilities = _probabilities(
+            self.model, images, self.batch_size, self.device, self.precision
+        )  # (B, n_cls)
+        if not self.checked:
+            _checks.labels("eval_data labels", labels, probabilities.shape[1])
+            self.checked = True
+        predicted = probabilities.argmax(dim=1)
+        return (predicted == labels.to(self.device)).float().mean().item()
 
 
 @torch.no_grad()
@@ -507,19 +482,11 @@ def _probabilities(
     """(B, n_cls) float32 probabilities on ``device``, unchecked: the callers check."""
     model.eval()
     chunks = []
-    with torch.no_grad(), _autocast(device, precision):
+    with torch.no_grad(), autocast(device, precision):
         for chunk in images.split(batch_size):
             logits = model(chunk.to(device))  # (b, n_cls)
             chunks.append((logits if precision == "fp32" else logits.float()).softmax(dim=1))
     return torch.cat(chunks)  # (B, n_cls)
-
-
-def _accuracy(
-    model: nn.Module, data: Data, *, batch_size: int, device: torch.device, precision: str
-) -> float:
-    images, labels = data
-    predicted = _probabilities(model, images, batch_size, device, precision).argmax(dim=1)
-    return (predicted == labels.to(device)).float().mean().item()
 
 
 def evaluate(

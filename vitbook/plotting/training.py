@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from vitbook import _checks
 from vitbook.plotting.style import book_figure, new_figure
+from vitbook.train import History
 
 __all__ = [
     "plot_confusion",
@@ -129,7 +130,7 @@ def plot_lr_schedule(
 
 @book_figure
 def plot_history(
-    history, *, title: str = "learning curves", eval_label: str = "test"
+    history: History, *, title: str = "learning curves", eval_label: str = "test"
 ) -> Figure:
     """Training loss (left) and accuracies (right) against the epoch.
 
@@ -149,8 +150,6 @@ def plot_history(
 
     See chapter: Training and classification.
     """
-    from vitbook.train import History
-
     if not isinstance(history, History) or history.epochs == 0:
         raise ValueError("history must be a History with at least one epoch, as fit returns.")
     epochs = range(1, history.epochs + 1)

@@ -1,0 +1,131 @@
+"""vitbook.randaugment: timm's scale (DeiT's rand-m9-mstd0.5-inc1) drawn per image, timm's two
+extra ops against PIL, and the torchvision scale left as it was."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitbook.image_ops import ALL_OPS, OPS, apply_ops
+from vitbook.randaugment import _timm_magnitudes, rand_augment
+
+B, C, H, W = 6, 3, 11, 14
+
+
+def seeded(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# timm/data/auto_augment.py, the _RAND_INCREASING_TRANSFORMS' LEVEL_TO_ARG, written out again in
+# apply_ops's units (sign: _randomly_negate's draw, +1 or -1)
+def timm_argument(op, m, sign, h, w):
+    level = m / 10
+    enhance = max(0.1, 1.0 + sign * level * 0.9) - 1  # *Increasing: factor 1 +- 0.9 level
+    return {
+        "rotate": sign * level * 30.0,
+        "shear_x": sign * level * 0.3,
+        "shear_y": sign * level * 0.3,
+        "translate_x": sign * level * 0.45 * w,  # TranslateXRel: pct * img.size[0]
+        "translate_y": sign * level * 0.45 * h,
+        "brightness": enhance, "color": enhance, "contrast": enhance, "sharpness": enhance,
+        "posterize": 4 - int(level * 4),  # PosterizeIncreasing
+        "solarize": (256 - int(level * 256)) / 255,  # SolarizeIncreasing, as a fraction
+        "solarize_add": int(level * 110),
+        "autocontrast": 0.0, "equalize": 0.0, "invert": 0.0,
+    }[op]  # fmt: skip
+
+
+def test_magnitudes_are_timms_level_to_arg():
+    ops = [op for op in ALL_OPS if op != "identity"]
+    assert len(ops) == 15  # timm's increasing set
+    for m in np.linspace(0, 10, 41):
+        for sign in (1, -1):
+            index = torch.tensor([ALL_OPS.index(op) for op in ops])
+            got = _timm_magnitudes(
+                index, torch.full((15,), float(m)), torch.full((15,), sign < 0), H, W
+            )
+            expected = torch.tensor([timm_argument(op, float(m), sign, H, W) for op in ops])
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-6, msg=f"m={m}")
+
+
+def test_deit_policy_rotates_up_to_27_degrees_at_m9_and_torchvision_bin_9_is_m3():
+    rotate = torch.tensor([ALL_OPS.index("rotate")])
+    m9 = _timm_magnitudes(rotate, torch.tensor([9.0]), torch.tensor([False]), H, W)
+    m3 = _timm_magnitudes(rotate, torch.tensor([3.0]), torch.tensor([False]), H, W)
+    assert m9.item() == pytest.approx(27.0) and m3.item() == pytest.approx(9.0)  # 30 * 9 / 30
+
+
+def test_timm_policy_is_num_ops_rounds_of_apply_ops_with_its_draws():
+    images = torch.rand(64, C, H, W, generator=seeded())
+    out = rand_augment(2, 9, scale="timm", magnitude_std=0.5)(images, seeded(5))
+    replay = seeded(5)  # the documented draws, in order
+    ops = torch.randint(1, 16, (2, 64), generator=replay)
+    applied = torch.rand((2, 64), generator=replay) < 0.5
+    noise = torch.randn((2, 64), generator=replay)
+    negative = torch.rand((2, 64), generator=replay) > 0.5
+    m = (9 + 0.5 * noise).clamp(0, 10)
+    values = _timm_magnitudes(ops, m, negative, H, W)
+    ops = torch.where(applied, ops, 0)
+    expected = apply_ops(apply_ops(images, ops[0], values[0]), ops[1], values[1])
+    assert torch.equal(out, expected)
+    assert 0.35 < applied.float().mean() < 0.65 and m.max() <= 10 and (m != 9).all()
+
+
+def test_timm_policy_applies_about_half_of_its_ops():
+    """One op per image at m = 10 on noise: an applied op changes the image, identity not."""
+    images = torch.rand(2000, 3, 8, 8, generator=seeded())
+    out = rand_augment(1, 10, scale="timm")(images, seeded(2))
+    changed = (out != images).flatten(1).any(1).float().mean().item()
+    assert 0.45 < changed < 0.55  # binomial(2000, 1/2): sd 0.011; at m10 an op changes noise
+
+
+def to_pil(image):
+    array = (image * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+    return Image.fromarray(array)
+
+
+def solarize_add(image, add, thresh=128):
+    """timm's solarize_add, as written there: a lut adding ``add`` below ``thresh``."""
+    lut = [min(255, i + add) if i < thresh else i for i in range(256)]
+    return image.point(lut * 3)
+
+
+@pytest.mark.parametrize("op, m", [("invert", 0.0), ("solarize_add", 99.0), ("solarize_add", 33.0)])
+def test_timms_extra_ops_match_pil_on_the_0_255_grid(op, m):
+    image = (torch.randint(0, 256, (3, 9, 10), generator=seeded()) / 255).float()
+    ours = apply_ops(image[None], torch.tensor([ALL_OPS.index(op)]), torch.tensor([m]))[0]
+    pil = to_pil(image)
+    theirs = Image.eval(pil, lambda v: 255 - v) if op == "invert" else solarize_add(pil, int(m))
+    theirs = torch.from_numpy(np.asarray(theirs, dtype=np.float64)).permute(2, 0, 1)
+    assert (ours.double() * 255 - theirs).abs().max() < 1e-4
+
+
+def test_the_torchvision_scale_is_the_default_and_unchanged():
+    images = torch.rand(B, C, H, W, generator=seeded())
+    default = rand_augment()(images, seeded(1))
+    named = rand_augment(2, 9, 31, scale="torchvision", magnitude_std=0.0)(images, seeded(1))
+    assert torch.equal(default, named)
+    assert len(OPS) == 14 and ALL_OPS[:14] == OPS
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"scale": "deit"}, ValueError, r"scale='deit' is not supported"),
+        ({"scale": "timm", "magnitude": 11}, ValueError, r"magnitude=11 must be a finite number"),
+        ({"scale": "timm", "num_magnitude_bins": 11}, ValueError, r"leave num_magnitude_bins"),
+        ({"magnitude_std": 0.5}, ValueError, r"magnitude_std=0.5 is timm's magnitude noise"),
+        ({"scale": "timm", "magnitude_std": -1.0}, ValueError, r"magnitude_std=-1.0"),
+        ({"magnitude": 9.5}, TypeError, r"magnitude must be an int"),
+    ],
+)
+def test_settings_of_one_scale_are_refused_on_the_other(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        rand_augment(**kwargs)
+
+
+def test_a_fractional_timm_magnitude_is_accepted():
+    out = rand_augment(2, 9.5, scale="timm")(torch.rand(4, 3, 8, 8), seeded())
+    assert out.shape == (4, 3, 8, 8) and math.isfinite(out.sum().item())

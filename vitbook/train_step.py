@@ -1,0 +1,297 @@
+"""One optimizer step of ``fit``: micro-batches, mixed precision, a guard, and the update.
+
+A step takes the global batch of ``batch_size`` images (already augmented and mixed), keeps this
+process's share of it (under ``torchrun``), splits the share into ``accumulate`` micro-batches,
+and for each runs the forward pass and the loss under autocast and adds its gradient. Each
+micro-batch's loss is weighted by its share of the global batch, so the summed gradient is the
+gradient of the mean loss over the global batch, however the images were divided.
+
+The guard: before the update the state (trained parameters and buffers, such as a BatchNorm's
+running statistics) is copied on the device; after the update one read to the host, the only one
+of the step, says whether the loss, the gradients and the new state are finite. If not, the copy
+is put back and a ``ValueError`` says what went wrong, so the model keeps the state it had after
+the step before. In fp16 the gradient scaler skips a step whose gradients (or loss) overflowed,
+lowers its scale and goes on, as mixed-precision training does.
+
+With ``compile=True`` the forward pass and the loss are one ``torch.compile`` graph
+(``fullgraph=True``; AOTAutograd compiles the backward pass from it); on a GPU the graph is also
+recorded as a CUDA graph (``mode="reduce-overhead"``). Shapes are static: the last, smaller batch
+of an epoch (and a micro-batch one image smaller) compiles its own graph once, which every later
+epoch reuses. The first step runs eagerly, so that the checks of the first outputs can read them.
+
+See chapter: Real photos on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitbook import _checks
+
+__all__ = ["TrainStep", "autocast"]
+
+Criterion = Callable[[object, torch.Tensor, torch.Tensor], torch.Tensor]
+FP16_SKIPS_IN_A_ROW = 10  # fp16 steps in a row with a non-finite loss before fit gives up
+
+
+def autocast(device: torch.device, precision: str) -> torch.autocast:
+    """``torch.autocast`` for ``"bf16"`` or ``"fp16"``; a disabled one for ``"fp32"``."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    return torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32")
+
+
+def logits_of(outputs: object) -> torch.Tensor:
+    """The logits a prediction is read from: the mean of a tuple of heads' logits."""
+    if isinstance(outputs, tuple):
+        return torch.stack(outputs).mean(dim=0)
+    return outputs
+
+
+def check_outputs(
+    outputs: object, labels: torch.Tensor, targets: torch.Tensor, has_criterion: bool
+) -> None:
+    """The first training outputs: (B, n_cls) logits (or a tuple of them, with a criterion) that
+    fit the labels and the mix's soft targets. Read once, at the first step."""
+    if isinstance(outputs, tuple):
+        if not has_criterion:
+            raise ValueError(
+                f"the model returned a tuple of {len(outputs)} tensors in train mode (a distilled "
+                "ViT returns its two heads' logits); pass criterion=criterion(outputs, targets, "
+                "images) -> loss to fit, to say how they make one loss."
+            )
+        shapes = {tuple(getattr(o, "shape", ())) for o in outputs}
+        if len(shapes) != 1:
+            raise ValueError(
+                f"the model returned a tuple of tensors of shapes {sorted(shapes)}; each must be "
+                "(B, n_cls) logits of one shape."
+            )
+        outputs = outputs[0]
+    _checks.logits(outputs, labels)
+    if targets.ndim == 2 and targets.shape[1] != outputs.shape[1]:
+        raise ValueError(
+            f"the mix returned soft targets for {targets.shape[1]} classes but the model has "
+            f"{outputs.shape[1]}; build the mix with n_cls={outputs.shape[1]}."
+        )
+
+
+class TrainStep:
+    """Runs ``fit``'s optimizer steps and sums the epoch's loss and correct predictions.
+
+    Args:
+        model: the model being trained (its state is guarded); net: what is called (the model,
+            or its ``DistributedDataParallel`` wrapper).
+        optimizer, scheduler, scaler: as built by ``fit``.
+        params: the trained parameters, in ``model.parameters()`` order (clipping sums in it).
+        precision, device, criterion, label_smoothing, accumulate, clip_grad_norm, lr: as in
+            ``fit``; rank, world: this process and the number of processes.
+        compile: compile the forward pass and the loss (see the module's docstring).
+
+    See chapter: Real photos on a GPU.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        net: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        scaler: torch.amp.GradScaler,
+        params: list[nn.Parameter],
+        *,
+        precision: str,
+        device: torch.device,
+        criterion: Criterion | None,
+        label_smoothing: float,
+        accumulate: int,
+        clip_grad_norm: float | None,
+        lr: float,
+        rank: int,
+        world: int,
+        compile: bool,
+    ) -> None:
+        self.model, self.net, self.optimizer = model, net, optimizer
+        self.scheduler, self.scaler, self.params = scheduler, scaler, params
+        self.precision, self.device, self.criterion = precision, device, criterion
+        self.label_smoothing, self.accumulate = label_smoothing, accumulate
+        self.clip = clip_grad_norm
+        self.lr, self.rank, self.world = lr, rank, world
+        self.fp16 = scaler.is_enabled()
+        # The guarded state: what a step changes. Frozen parameters are left out.
+        self.state = [*params, *model.buffers()]
+        self.backup = [t.detach().clone() for t in self.state]
+        self.compiled = self._compiled() if compile else None
+        self.steps, self.skipped_in_a_row = 0, 0
+        self.new_epoch()
+
+    def new_epoch(self) -> None:
+        """Zero the epoch's sums (on the device: read once per epoch)."""
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.correct = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.counted = torch.zeros((), dtype=torch.int64, device=self.device)
+
+    def forward(self, x: torch.Tensor) -> object:
+        """The model's outputs under autocast: logits (b, n_cls), or a tuple of them."""
+        with autocast(self.device, self.precision):
+            return self.net(x)
+
+    def loss(self, outputs: object, targets: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The loss in fp32: cross-entropy, or the criterion in the forward pass's autocast."""
+        if self.criterion is not None:  # a teacher's forward runs in the same precision
+            with autocast(self.device, self.precision):
+                return self.criterion(outputs, targets, x).float()
+        logits = outputs if self.precision == "fp32" else outputs.float()
+        return F.cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
+
+    def forward_loss(self, x: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, object]:
+        """``(loss, outputs)``: what ``compile=True`` compiles into one graph."""
+        outputs = self.forward(x)
+        return self.loss(outputs, targets, x), outputs
+
+    def _compiled(self) -> Callable:
+        on_gpu = self.device.type == "cuda"
+        mode = "reduce-overhead" if on_gpu else None  # CUDA graphs where the shapes allow
+        return torch.compile(self.forward_loss, fullgraph=True, dynamic=False, mode=mode)
+
+    def _share(
+        self, x: torch.Tensor, y: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+        """This process's share of the global batch, and whether it is a stand-in.
+
+        With more processes than images in the batch (the last batch of an epoch) a process has
+        no share; it trains on the batch's first image with weight 0 instead, since
+        ``DistributedDataParallel`` needs a backward pass from every process.
+        """
+        if self.world == 1:
+            return x, y, targets, False
+        share = [t.tensor_split(self.world)[self.rank] for t in (x, y, targets)]
+        if len(share[1]) == 0:
+            return x[:1], y[:1], targets[:1], True
+        return share[0], share[1], share[2], False
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, targets: torch.Tensor, where: str) -> None:
+        """One optimizer step on the global batch: images (b, C, H, W), labels (b,), targets.
+
+        Raises:
+            ValueError: the first outputs do not fit the labels (first step only); the loss,
+                the gradients or the updated state are not finite (the state is restored).
+        """
+        n_global = len(y)
+        first = self.steps == 0
+        x, y, targets, stand_in = self._share(x, y, targets)
+        with torch.no_grad():
+            torch._foreach_copy_(self.backup, self.state)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_finite = torch.ones((), dtype=torch.bool, device=self.device)
+        step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        step_correct = torch.zeros((), dtype=torch.int64, device=self.device)
+        parts = min(self.accumulate, len(y))
+        pieces = list(zip(*(t.tensor_split(parts) for t in (x, y, targets)), strict=True))
+        for k, (xk, yk, tk) in enumerate(pieces):
+            count = 0 if stand_in else len(yk)
+            last = k == len(pieces) - 1
+            no_sync = self.net.no_sync if self.world > 1 and not last else contextlib.nullcontext
+            with no_sync():
+                if first:  # eager, so that the first outputs can be read and checked
+                    outputs = self.forward(xk)
+                    if k == 0:
+                        check_outputs(outputs, yk, tk, self.criterion is not None)
+                    loss = self.loss(outputs, tk, xk)
+                elif self.compiled is None:
+                    loss, outputs = self.forward_loss(xk, tk)
+                else:
+                    if self.device.type == "cuda":  # a new step for the CUDA graphs
+                        torch.compiler.cudagraph_mark_step_begin()
+                    loss, outputs = self.compiled(xk, tk)
+                weight = count * self.world / n_global  # the micro-batch's share of the batch
+                self.scaler.scale(loss if weight == 1 else loss * weight).backward()
+            loss_finite &= loss.isfinite()
+            step_loss += loss.detach().double() * count
+            hits = (logits_of(outputs).argmax(dim=1) == yk).sum()
+            step_correct += hits if count else 0 * hits
+        self._update(loss_finite, step_loss, step_correct, n_global, where)
+
+    def _update(
+        self,
+        loss_finite: torch.Tensor,
+        step_loss: torch.Tensor,
+        step_correct: torch.Tensor,
+        n_global: int,
+        where: str,
+    ) -> None:
+        """Clip, update, and check: the one read to the host of the step."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        ok = loss_finite | self.fp16  # in fp16 a non-finite loss is the scaler's to skip
+        grads_finite = torch.ones((), dtype=torch.bool, device=self.device)
+        if grads:
+            if self.fp16:  # make the scaler see it, as it sees an overflowing gradient
+                first = grads[0].view(-1)[:1]
+                first.copy_(torch.where(loss_finite, first, float("nan")))
+            self.scaler.unscale_(self.optimizer)  # a no-op unless fp16: the gradients' size
+            norm = torch.nn.utils.get_total_norm(grads)  # not finite if a gradient is not
+            if self.clip is not None:
+                torch.nn.utils.clip_grads_with_norm_(self.params, self.clip, norm)
+            grads_finite = norm.isfinite()
+            if not self.fp16:  # with fp16, the scaler skips overflowing steps itself
+                ok = ok & grads_finite
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        floating = [t for t in self.state if t.is_floating_point()]
+        state_finite = torch.nn.utils.get_total_norm(floating).isfinite()
+        flags = torch.stack([ok & state_finite, loss_finite]).to(torch.int32)
+        if self.world > 1:  # every process takes the same decision
+            torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MIN)
+        fine, loss_fine = flags.tolist()  # the one read to the host of the step
+        self.steps += 1
+        if fine and loss_fine:
+            self.skipped_in_a_row = 0
+            self.loss_sum += step_loss
+            self.correct += step_correct
+            self.counted += n_global
+            return
+        with torch.no_grad():  # back to the state before the step
+            torch._foreach_copy_(self.state, self.backup)
+        if fine and self.fp16:  # the scaler skipped the step and lowered its scale
+            self.skipped_in_a_row += 1
+            if self.skipped_in_a_row < FP16_SKIPS_IN_A_ROW:
+                return
+        raise ValueError(self._diagnosis(loss_finite, step_loss, grads_finite, state_finite, where))
+
+    def _diagnosis(
+        self,
+        loss_finite: torch.Tensor,
+        step_loss: torch.Tensor,
+        grads_finite: torch.Tensor,
+        state_finite: torch.Tensor,
+        where: str,
+    ) -> str:
+        """What went wrong, in words (read after the stop: the reads cost nothing now)."""
+        kept = (
+            "training stopped before this step, so the model keeps the weights (and buffers) it "
+            "had after the step before"
+        )
+        advice = f"Lower lr (now {self.lr:g}), check the data and the model, or use fewer epochs."
+        if self.skipped_in_a_row >= FP16_SKIPS_IN_A_ROW:
+            return (
+                f"the fp16 training loss was not finite in {self.skipped_in_a_row} steps in a row, "
+                f"the last at {where}: the forward pass overflows fp16, which the gradient scaler "
+                f"cannot fix; {kept}. Train with precision='bf16' or 'fp32'. {advice}"
+            )
+        if not bool(loss_finite):
+            what = f"loss is {step_loss.item()}"
+        elif not bool(grads_finite):
+            grads = [p.grad for p in self.params if p.grad is not None]
+            if all(bool(g.isfinite().all()) for g in grads):
+                what = "gradients' norm overflows (gradients of about 1e19 or more)"
+            else:
+                what = "gradients are not finite"
+        elif not bool(state_finite):
+            what = "update made the weights or buffers (a BatchNorm's statistics) not finite"
+        else:
+            what = "loss or gradients of another process are not finite"
+        return f"the training {what} at {where}; {kept}. {advice}"
