@@ -201,3 +201,34 @@ def test_head_agreement_counts_where_the_heads_agree():
         head_agreement(plain, images)
     with pytest.raises(ValueError, match="NaN"):
         head_agreement(student, torch.full((2, 1, 8, 8), float("nan")))
+
+
+def test_fit_trains_a_student_through_the_loss_and_leaves_the_teacher_as_it_was():
+    from vitbook.train import fit
+
+    torch.manual_seed(0)
+    images, labels = torch.rand(24, 1, 8, 8), torch.arange(24) % N_CLS
+    teacher = teacher_model()
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    seen = []
+    teacher.register_forward_hook(
+        lambda module, inputs, output: seen.append((inputs[0].min().item(), output.dtype))
+    )
+
+    def brighten(batch, generator):  # an augmentation the teacher must see too
+        return batch + 100.0
+
+    student = student_model()
+    start = {k: v.clone() for k, v in student.state_dict().items()}
+    history = fit(student, (images, labels), epochs=2, batch_size=8, augment=brighten,
+                  criterion=DistillationLoss(teacher, "soft", tau=2.0), precision="bf16",
+                  progress=False)  # fmt: skip
+    assert history.epochs == 2 and all(torch.isfinite(torch.tensor(history.train_loss)))
+    assert len(seen) == 6  # once per step: 3 steps of 8 images, 2 epochs
+    assert all(low >= 100.0 for low, _ in seen)  # the augmented batch the student saw
+    assert all(dtype == torch.bfloat16 for _, dtype in seen)  # in fit's autocast
+    assert not teacher.training
+    for name, tensor in teacher.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    changed = [k for k, v in student.state_dict().items() if not torch.equal(v, start[k])]
+    assert "dist_token" in changed and "head_dist.weight" in changed
