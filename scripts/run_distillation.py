@@ -136,7 +136,10 @@ def check_output(path: Path, write_assets: bool) -> Path:
 def write_json(results: dict, path: Path) -> None:
     """Write ``results`` next to ``path``, flush it to disk, then move it into place."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; a results file is not
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(json.dumps(results, indent=1) + "\n")
             file.flush()

@@ -162,3 +162,20 @@ def test_a_saved_teacher_loads_with_its_weights_and_refuses_another_cnn(tmp_path
         load_teacher(tmp_path / "wide.safetensors")
     with pytest.raises(TypeError, match="must be a DigitsCNN"):
         save_teacher(torch.nn.Linear(2, 2), path)
+
+
+def test_the_shipped_recording_is_complete_and_says_how_it_was_made():
+    results = load_results()
+    assert list(results["runs"]) == list(SETTINGS)
+    assert all([run["seed"] for run in runs] == [0, 1, 2, 3, 4]
+               for runs in results["runs"].values())  # fmt: skip
+    assert results["fraction"] == distill_digits.FRACTION
+    assert results["student"] == STUDENT and results["settings"] == SETTINGS
+    provenance = results["provenance"][0]
+    assert provenance["command"] == "python scripts/run_distillation.py --write-assets"
+    assert len(provenance["git_commit"]) == 40 and not provenance["uncommitted_changes"]
+    for label, runs in results["runs"].items():
+        vit = label != "CNN teacher"
+        assert all(("attention_distance" in run) == vit for run in runs), label
+        distilled = SETTINGS[label].get("distilled", False)
+        assert all(("head_agreement" in run) == distilled for run in runs), label
