@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Run the digits experiments and write vitbook/assets/experiments.json with its provenance.
+"""Run the digits experiments and record them, with their provenance, in a new results file.
 
-    python scripts/run_experiments.py                       # all four experiments, seeds 0 1 2
+    python scripts/run_experiments.py                       # all four, seeds 0 1 2, into runs/
     python scripts/run_experiments.py --only patch_size --seeds 0 1 2 3 4
     python scripts/run_experiments.py --check --only data_size --setting "CNN 10%" --seeds 0
+    python scripts/run_experiments.py --only positions --out vitbook/assets/experiments.json \
+        --update --write-assets                             # re-record one shipped experiment
 
 The experiments, the recipe and one training run are defined in vitbook.experiments, so the
 chapters and the tests use the same code. Every run trains on the training part of
@@ -13,12 +15,17 @@ accuracy (quoted only for the setting chosen). Every run trains on one CPU threa
 algorithms: on the same machine and software versions the accuracies and losses come out the
 same, which ``--check`` verifies by re-running a slice and comparing with the file. Runs that are
 the same in two experiments (the base ViT on the full split, for example) are trained once.
-``--only`` replaces those experiments in an existing file and keeps the others. ``--merge`` joins
-files that hold other seeds of the same experiments (run at the same time, say), keeping the
-provenance of each part:
+
+Nothing recorded is overwritten by default: the results go to a new file in runs/ unless --out
+names one. An existing --out is refused unless ``--update`` says to replace the experiments of
+``--only`` in it (keeping the others); the shipped file (vitbook/assets) is written only with
+``--write-assets``. Every output path is checked before anything trains, and every write is
+atomic. ``--merge`` joins files that hold other seeds of the same experiments (run at the same
+time, say) into a new file, keeping the provenance of each part:
 
     python scripts/run_experiments.py --seeds 3 4 --out /tmp/more.json
-    python scripts/run_experiments.py --merge vitbook/assets/experiments.json /tmp/more.json
+    python scripts/run_experiments.py --merge vitbook/assets/experiments.json /tmp/more.json \
+        --out /tmp/five-seeds.json
 
 Wall-clock seconds per run depend on what else the machine is doing; ``--timing`` adds a
 measure that depends much less on it, the fastest of 30 training steps for each patch size.
@@ -39,6 +46,7 @@ from pathlib import Path
 import numpy
 import torch
 
+from vitbook import records
 from vitbook.experiments import (
     BASE_VIT,
     CNN_CHANNELS,
@@ -106,7 +114,7 @@ def _provenance(names: list[str], seeds: list[int], seconds: float, load: list[f
 
 
 def run(names: list[str], seeds: list[int], out: Path) -> None:
-    results = load_results(out) if out.is_file() else {"experiments": {}}
+    results = load_results(out) if out.is_file() else {"experiments": {}}  # --update: keep others
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     done: dict[tuple[str, int], dict] = {}
     for name in names:
@@ -149,7 +157,7 @@ def _write(results: dict, out: Path) -> None:
     results["recipe"] = RECIPE
     results["base_vit"] = BASE_VIT
     results["cnn_channels"] = list(CNN_CHANNELS)
-    out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    records.write_json(out, results)
 
 
 def timing(out: Path) -> None:
@@ -234,22 +242,53 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--setting", nargs="+", help="with --check: these settings only")
     parser.add_argument("--check", action="store_true", help="re-run and compare with the file")
-    parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="the results file")
+    parser.add_argument("--out", type=Path,
+                        help="the results file (default: a new file in runs/; with --check and "
+                             "--timing, the shipped file)")  # fmt: skip
+    parser.add_argument("--update", action="store_true",
+                        help="replace the experiments of --only in an existing --out")
+    parser.add_argument("--write-assets", action="store_true",
+                        help="allow writing the shipped results file in vitbook/assets")
     parser.add_argument("--merge", nargs="+", type=Path, help="join these files into --out")
     parser.add_argument(
         "--timing", action="store_true", help="time one step per patch size into --out"
     )
     args = parser.parse_args()
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {' '.join(map(str, args.seeds))} names a seed twice; one run per "
+                     "seed.")  # fmt: skip
     os.environ.setdefault("VITBOOK_PROGRESS", "0")
-    if args.merge:
-        merge(args.merge, args.out)
-        return
-    if args.timing:
-        timing(args.out)
-        return
     if args.check:
-        raise SystemExit(check(args.only, args.setting, args.seeds, args.out))
-    run(args.only, args.seeds, args.out)
+        raise SystemExit(check(args.only, args.setting, args.seeds, args.out or RESULTS_PATH))
+    if args.merge:
+        out = args.out or records.new_path(Path("runs"), "experiments-merged")
+        inputs = {path.expanduser().resolve() for path in args.merge}
+    elif args.timing:
+        out = args.out or RESULTS_PATH
+    else:
+        out = args.out or records.new_path(Path("runs"), "experiments")
+    try:  # before anything trains
+        if args.timing and not out.is_file():
+            raise FileNotFoundError(f"{out} does not exist; --timing adds to a results file.")
+        if args.merge and out.exists() and out.expanduser().resolve() not in inputs:
+            raise FileExistsError(f"{out} exists and is not among the files to merge; add it "
+                                  "to --merge, or choose a new --out.")  # fmt: skip
+        if not (args.merge or args.timing) and out.exists() and not args.update:
+            raise FileExistsError(
+                f"{out} exists; pass --update to replace its experiments {args.only} (keeping "
+                "the others), or choose a new --out."
+            )
+        records.check_output(out, write_assets=args.write_assets)
+        if out.exists() and not args.merge:
+            load_results(out)  # a damaged file is named now, not after the runs
+    except (OSError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: nothing run: {error}\n")
+    if args.merge:
+        merge(args.merge, out)
+    elif args.timing:
+        timing(out)
+    else:
+        run(args.only, args.seeds, out)
 
 
 if __name__ == "__main__":

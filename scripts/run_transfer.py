@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""Run the transfer miniature on the digits and write vitbook/assets/transfer.json with provenance.
+"""Run the transfer miniature on the digits and record it, with provenance, in a new results file.
 
-    python scripts/run_transfer.py                  # every setting, seeds 0 1 2 3 4
+    python scripts/run_transfer.py                  # every setting, seeds 0 1 2 3 4, into runs/
     python scripts/run_transfer.py --only scratch "linear probe" --out /tmp/a.json
-    python scripts/run_transfer.py --merge vitbook/assets/transfer.json /tmp/a.json /tmp/b.json
+    python scripts/run_transfer.py --merge /tmp/a.json /tmp/b.json --out /tmp/ab.json
     python scripts/run_transfer.py --check --only fine-tune --shots 1 --seeds 0
+    python scripts/run_transfer.py --out vitbook/assets/transfer.json --write-assets  # re-record
 
 The protocol, the models and one run are defined in vitbook.transfer_digits, so the chapter and
 the tests use the same code. For each setting and number of labels, every learning rate of the
 grid is trained with every seed; the learning rate with the best mean validation accuracy is
 chosen, and only the chosen runs are evaluated on the test digits (the test set is read once).
 The higher-resolution settings use the learning rate chosen for fine-tuning at 8 px. Seed 0's
-pre-trained model is written to vitbook/assets/digits04_vit.safetensors (with --save-pretrained,
-the default when writing the shipped results file).
+pre-trained model is written beside the results (``<out>-pretrained.safetensors``) with
+--save-pretrained, and into vitbook/assets/digits04_vit.safetensors when the results go to the
+shipped file (the default there).
+
+Nothing recorded is overwritten: the results go to a new file in runs/ unless --out names one;
+an existing --out is refused, and the shipped files in vitbook/assets are written only with
+--write-assets. Every output path is checked before anything trains, and every write is atomic.
 
 Every run trains on one CPU thread with deterministic algorithms: on the same machine and
 software versions the numbers come out the same, which --check verifies by re-running a slice.
@@ -42,6 +48,7 @@ from pathlib import Path
 import numpy
 import torch
 
+from vitbook import records
 from vitbook.checkpoints import save_model
 from vitbook.experiments import _cpu_model_name
 from vitbook.transfer_digits import (
@@ -153,7 +160,7 @@ def choose(
     return chosen, runs, sweep
 
 
-def run(settings: list[str], seeds: list[int], out: Path, save_pretrained: bool) -> None:
+def run(settings: list[str], seeds: list[int], out: Path, pretrained_path: Path | None) -> None:
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     results = {**_constants(), "settings": {}, "sweep": {}, "pretraining": []}
     pretrained = {}
@@ -163,10 +170,12 @@ def run(settings: list[str], seeds: list[int], out: Path, save_pretrained: bool)
             pretrained[seed] = model
             results["pretraining"].append({"seed": seed, **info})
             _log(f"pre-trained seed {seed}: {info}")
-            if seed == 0 and save_pretrained:
-                save_model(model, PRETRAINED_PATH, source_test_accuracy=str(
-                    info["source_test_accuracy"]), seed="0", recipe=json.dumps(PRETRAIN_RECIPE))
-                _log(f"wrote {PRETRAINED_PATH}")
+            if seed == 0 and pretrained_path is not None:
+                notes = {"source_test_accuracy": str(info["source_test_accuracy"]), "seed": "0",
+                         "recipe": json.dumps(PRETRAIN_RECIPE)}  # fmt: skip
+                records.write_with(pretrained_path, lambda path, model=model, notes=notes:
+                                   save_model(model, path, overwrite=True, **notes))  # fmt: skip
+                _log(f"wrote {pretrained_path}")
     for setting in settings:
         results["settings"][setting] = {}
         for shots in SETTINGS[setting]:
@@ -191,7 +200,7 @@ def run(settings: list[str], seeds: list[int], out: Path, save_pretrained: bool)
 
 
 def _write(results: dict, out: Path) -> None:
-    out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    records.write_json(out, results)
 
 
 def _as_list(provenance: dict | list) -> list[dict]:
@@ -286,13 +295,42 @@ def check(settings: list[str], shots: list[str] | None, seeds: list[int], path: 
     return 1 if failures else 0
 
 
+def _outputs(args, parser: argparse.ArgumentParser) -> tuple[Path, Path | None]:
+    """The results file and the pre-trained model's file, checked before anything trains."""
+    out = args.out or records.new_path(Path("runs"), "transfer")
+    shipped = records.is_shipped(out)
+    save = args.save_pretrained if args.save_pretrained is not None else shipped
+    pretrained = None
+    if save:
+        pretrained = PRETRAINED_PATH if shipped else out.with_name(f"{out.stem}-pretrained"
+                                                                   ".safetensors")  # fmt: skip
+    try:
+        for path in (out, pretrained):
+            if path is None:
+                continue
+            records.check_output(path, write_assets=args.write_assets)
+            replace = records.is_shipped(path) and args.write_assets  # a deliberate re-record
+            if path.exists() and not replace:
+                raise FileExistsError(
+                    f"{path} exists, and this script does not overwrite recorded results; "
+                    "choose a new --out (or leave it out: a new file in runs/), or --merge."
+                )
+    except (OSError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: nothing trained: {error}\n")
+    return out, pretrained
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--shots", nargs="+", choices=list(SHOTS), help="with --check")
     parser.add_argument("--check", action="store_true", help="re-run and compare with the file")
-    parser.add_argument("--out", type=Path, default=RESULTS_PATH, help="the results file")
+    parser.add_argument("--out", type=Path,
+                        help="the results file (default: a new file in runs/; with --check, the "
+                             "shipped file)")  # fmt: skip
+    parser.add_argument("--write-assets", action="store_true",
+                        help="allow writing the shipped files in vitbook/assets")
     parser.add_argument("--merge", nargs="+", type=Path, help="join these files into --out")
     parser.add_argument("--replace", action="store_true",
                         help="with --merge: a later file's setting replaces an earlier one's")
@@ -300,19 +338,29 @@ def main() -> None:
                         help="write seed 0's pre-trained model (default: when --out is the "
                         "shipped results file)")  # fmt: skip
     args = parser.parse_args()
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {' '.join(map(str, args.seeds))} names a seed twice; one run per "
+                     "seed.")  # fmt: skip
     os.environ.setdefault("VITBOOK_PROGRESS", "0")
     if args.merge:
-        merge(args.merge, args.out, replace=args.replace)
+        out = args.out or records.new_path(Path("runs"), "transfer-merged")
+        inputs = {path.expanduser().resolve() for path in args.merge}
+        try:
+            if out.exists() and out.expanduser().resolve() not in inputs:
+                raise FileExistsError(f"{out} exists and is not among the files to merge; "
+                                      "add it to --merge, or choose a new --out.")  # fmt: skip
+            records.check_output(out, write_assets=args.write_assets)
+        except (OSError, ValueError) as error:
+            parser.exit(2, f"{parser.prog}: not merged: {error}\n")
+        merge(args.merge, out, replace=args.replace)
         return
     if args.check:
-        raise SystemExit(check(args.only, args.shots, args.seeds, args.out))
+        raise SystemExit(check(args.only, args.shots, args.seeds, args.out or RESULTS_PATH))
     needs = [s for s in args.only if s in HIGH_RES_SETTINGS]
     if needs and "fine-tune" not in args.only:
         parser.error(f"{needs} use the learning rate chosen for 'fine-tune'; run them together.")
-    save = args.save_pretrained
-    if save is None:
-        save = args.out.resolve() == RESULTS_PATH.resolve()
-    run(args.only, args.seeds, args.out, save)
+    out, pretrained = _outputs(args, parser)
+    run(args.only, args.seeds, out, pretrained)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,36 @@
 #!/usr/bin/env python3
 """Train the recipe ladder of "Real photos on a GPU" on CIFAR-10 and record the results.
 
-    python scripts/train_cifar10.py --data cifar10.npz            # every row, seeds 0 1 2
-    python scripts/train_cifar10.py --download --rows vit-crop-flip resnet18 --seeds 0
-    torchrun --nproc_per_node=4 scripts/train_cifar10.py --data cifar10.npz   # 4 GPUs, unchanged
-    python scripts/train_cifar10.py --standin --tiny --epochs 1 --out /tmp/smoke.json  # a smoke run
+    python scripts/train_cifar10.py --data cifar10.npz      # the ladder, each row's planned seeds
+    python scripts/train_cifar10.py --data cifar10.npz --rows vit-50 vit-200 --seeds 0
+    torchrun --nproc_per_node=4 scripts/train_cifar10.py --data cifar10.npz   # 4 GPUs
+    python scripts/train_cifar10.py --standin --tiny --epochs 1 --rows vit-50 --seeds 0  # smoke
+    python scripts/train_cifar10.py --merge runs/a.json runs/b.json --out runs/ladder.json
 
-Every row trains with ``vitbook.train.fit`` (mixed precision, data and augmentation on the GPU),
-choosing nothing on the test set: each run records the validation accuracy after every epoch and
-reads the test set once, at the end. The results file (``vitbook/assets/cifar10_results.json`` by
-default) holds every run and its provenance: the GPU, torch and CUDA versions, the data's source
-and checksum, the seeds, epochs, minutes and the command. For the best ViT row's first seed it also
-records what the chapter shows of the trained model: attention rollout from the class token on
-eight test photos, and the mean attention distance of every head in every layer.
+The rows are ``vitbook.ladder.ROWS`` (each changes one thing from the row above; seeds from
+``vitbook.ladder.PLAN``) and, to reproduce the shipped recording, ``RECORDED_ROWS``. Every row
+trains with ``vitbook.train.fit`` (mixed precision, data and augmentation on the GPU), choosing
+nothing on the test set: each run records the validation accuracy after every epoch and reads
+the test set once, at the end.
+
+Nothing recorded is overwritten. By default the results go to a new file, ``runs/cifar10-<UTC
+time>.json``; ``--out FILE`` names a file, and an existing one gets this run's runs appended only
+if they belong with its runs (same data checksum, device, epochs and recipe per row, no row and
+seed twice). Files in ``vitbook/assets`` (the shipped recording) are written only with
+``--write-assets``. Every output path is checked before anything trains, and every write is
+atomic. The file holds every run and one provenance entry per process (the GPU, torch and CUDA
+versions, the data's source and checksum, the seeds and the command); each run names its entry
+(``process``), its wall-clock minutes (under a shared GPU, longer than alone) and its peak GPU
+memory. For seed 0 of the best row (``--inside``) it also records what the chapter shows of the
+trained model: attention rollout from the class token on eight test photos and the mean
+attention distance of every head. ``--save-dir`` also writes each run's trained weights
+(safetensors) and that read-out as a file of its own.
 
 Under ``torchrun`` each process takes its share of every global batch inside PyTorch's
-DistributedDataParallel (see ``fit``); only the first process writes the file. On the CPU,
-``torchrun --nproc_per_node=2`` runs with the gloo backend, which is how the tests check that two
-processes compute the same losses as one.
-
-Rows run one after the other and every finished run is written at once, so an interrupted ladder
-keeps what it finished; ``--rows`` and ``--seeds`` choose a part, ``--merge`` joins result files.
+DistributedDataParallel (see ``fit``); only the first process writes. A worker that stops or does
+not answer within ``--dist-timeout`` seconds stops the others with a message instead of a hang.
+On the CPU, ``torchrun --nproc_per_node=2`` runs with the gloo backend, which is how the tests
+check that two processes compute the same losses as one.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import inspect
 import json
 import os
 import platform
@@ -40,8 +51,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitbook import VisionTransformer, ViTConfig
-from vitbook.augment import compose, mixup_cutmix, rand_augment, random_crop_flip
+from vitbook import VisionTransformer, ViTConfig, augment, records
 from vitbook.baselines import CifarResNet18
 from vitbook.cifar import (
     CIFAR10_MEAN,
@@ -52,7 +62,7 @@ from vitbook.cifar import (
     cifar10_standin,
     load_cifar10,
 )
-from vitbook.ladder import RESULTS_PATH, readout
+from vitbook.ladder import BASE, BEST_ROW, PLAN, RECORDED_ROWS, ROWS, readout
 from vitbook.train import evaluate, fit
 
 # The photo ViT: 32 px, 4 x 4 patches (64 tokens and the class token), D = 256, 6 blocks.
@@ -60,30 +70,51 @@ VIT = ViTConfig(img_size=32, patch_size=4, num_classes=10, embed_dim=256, depth=
                 mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
 TINY = ViTConfig(img_size=32, patch_size=8, num_classes=10, embed_dim=32, depth=2, num_heads=2,
                  mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
-BASE = {  # AdamW with DeiT's regularisers, scaled to CIFAR-10
-    "lr": 1e-3,
-    "weight_decay": 0.05,
-    "batch_size": 256,
-    "warmup_epochs": 3,
-    "label_smoothing": 0.1,
-}
-# The ladder: each row adds one thing to the row before; the CNN gets the first row's budget.
-ROWS: dict[str, dict[str, object]] = {
-    "vit-crop-flip": {"model": "vit", "epochs": 30, "augment": "crop-flip"},
-    "vit-randaugment": {"model": "vit", "epochs": 30, "augment": "crop-flip+randaugment"},
-    "vit-regularised-100": {"model": "vit", "epochs": 100, "augment": "crop-flip+randaugment",
-                            "drop_path_rate": 0.1},
-    "vit-mix-200": {"model": "vit", "epochs": 200, "augment": "crop-flip+randaugment",
-                    "drop_path_rate": 0.1, "mix": True},
-    "resnet18": {"model": "resnet18", "epochs": 30, "augment": "crop-flip"},
-}  # fmt: skip
+ALL_ROWS = {**ROWS, **RECORDED_ROWS}
 INSIDE_PHOTOS = 8  # test photos whose rollout maps the chapter shows
 DISTANCE_PHOTOS = 512  # test photos over which mean attention distance is averaged
+TIMING_NOTE = ("wall_clock_minutes: each run's wall-clock time, which includes validation and "
+               "is longer than a run alone when runs share the GPU")  # fmt: skip
+# Recipe fields that need fit's newer arguments, with the value that asks for nothing new.
+NEWER = {"weight_decay_rule": "all", "repeated_augmentation": 1, "rand_augment": None,
+         "random_erasing": 0.0}  # fmt: skip
 
 
-def augmentation(name: str):
-    steps = {"crop-flip": random_crop_flip(padding=4), "randaugment": rand_augment(2, 9)}
-    return compose(*(steps[part] for part in name.split("+")))
+def missing_api(row: dict[str, object]) -> list[str]:
+    """What this vitbook lacks to train ``row`` (fit's and vitbook.augment's newer arguments)."""
+    fit_args = inspect.signature(fit).parameters
+    lacks = []
+    for name in ("weight_decay_rule", "repeated_augmentation"):
+        if row.get(name, NEWER[name]) != NEWER[name] and name not in fit_args:
+            lacks.append(f"fit(..., {name}=...)")
+    if row.get("random_erasing") and not hasattr(augment, "random_erasing"):
+        lacks.append("vitbook.augment.random_erasing")
+    policy = inspect.signature(augment.rand_augment).parameters
+    if row.get("rand_augment") and "scale" not in policy:
+        lacks.append("vitbook.augment.rand_augment(..., scale=..., magnitude_std=...)")
+    return lacks
+
+
+def augmentation(row: dict[str, object]):
+    """The row's augmentation, drawn per photo on the training device."""
+    steps = [augment.random_crop_flip(padding=4)]
+    if row["augment"] == "crop-flip+randaugment":  # the recorded rows: torchvision's scale
+        steps.append(augment.rand_augment(2, 9))
+    if row.get("rand_augment"):
+        steps.append(augment.rand_augment(**row["rand_augment"]))
+    if row.get("random_erasing"):
+        steps.append(augment.random_erasing(p=row["random_erasing"]))
+    return augment.compose(*steps)
+
+
+def recipe(name: str, batch_size: int | None) -> dict[str, object]:
+    """What a run records as its recipe (the recorded rows keep the layout they were written in)."""
+    row = ALL_ROWS[name]
+    if name in RECORDED_ROWS:
+        base = {k: v for k, v in BASE.items() if not (row.get("mix") and k == "label_smoothing")}
+        row = {**base, **row}
+    return {**{k: v for k, v in row.items() if k != "epochs"},
+            **({"batch_size": batch_size} if batch_size else {})}  # fmt: skip
 
 
 def build(row: dict[str, object], n_cls: int, tiny: bool) -> nn.Module:
@@ -98,12 +129,12 @@ def build(row: dict[str, object], n_cls: int, tiny: bool) -> nn.Module:
     return nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), body)
 
 
-def world() -> tuple[int, int, int]:
+def world(timeout_s: int) -> tuple[int, int, int]:
     """Set up torch.distributed under torchrun; return (rank, local rank, processes)."""
     if "RANK" not in os.environ:
         return 0, 0, 1
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    torch.distributed.init_process_group(backend)
+    torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     local = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local)
@@ -122,25 +153,36 @@ def inside(model: nn.Sequential, splits: ImageSplits, device: torch.device) -> d
     }
 
 
-def run(name: str, seed: int, splits: ImageSplits, args, device: torch.device, rank: int) -> dict:
-    row = ROWS[name]
-    epochs = args.epochs or row["epochs"]
+def epochs_of(name: str, args) -> int:
+    return args.epochs or ALL_ROWS[name]["epochs"]
+
+
+def run(name: str, seed: int, splits: ImageSplits, args, device: torch.device, rank: int) -> tuple:
+    """Train one row with one seed; return (the run's record, the trained model)."""
+    row = ALL_ROWS[name]
     torch.manual_seed(seed)
     model = build(row, splits.num_classes, args.tiny).to(device)
-    recipe = dict(BASE)
+    settings = {k: row.get(k, v) for k, v in BASE.items()}
     mix = None
     if row.get("mix"):  # MixUp/CutMix carry the label smoothing in their soft targets
-        mix = mixup_cutmix(splits.num_classes, label_smoothing=recipe.pop("label_smoothing"))
+        mix = augment.mixup_cutmix(splits.num_classes, label_smoothing=settings["label_smoothing"])
+        settings["label_smoothing"] = 0.0
     if args.batch_size:
-        recipe["batch_size"] = args.batch_size
+        settings["batch_size"] = args.batch_size
+    newer = {k: row[k] for k in ("weight_decay_rule", "repeated_augmentation")
+             if k in row and row[k] != NEWER[k]}  # fmt: skip
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
-    history = fit(model, splits.train, epochs=epochs, seed=seed, augment=augmentation(
-        row["augment"]), mix=mix, eval_data=splits.val, progress=rank == 0, **recipe)
+    history = fit(model, splits.train, epochs=epochs_of(name, args), seed=seed,
+                  augment=augmentation(row), mix=mix, eval_data=splits.val,
+                  progress=rank == 0, **settings, **newer)  # fmt: skip
     seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     result = {
         "row": name,
         "seed": seed,
-        "epochs": epochs,
+        "epochs": epochs_of(name, args),
         "parameters": sum(p.numel() for p in model.parameters()),
         "precision": history.precision,
         "train_loss": history.train_loss,
@@ -148,12 +190,13 @@ def run(name: str, seed: int, splits: ImageSplits, args, device: torch.device, r
         "final_val_accuracy": history.eval_accuracy[-1],
         # The test set, read once, for the number the chapter reports.
         "test_accuracy": evaluate(model, splits.test, precision="auto"),
-        "minutes": seconds / 60,
-        "recipe": {**recipe, **{k: v for k, v in row.items() if k != "epochs"}},
+        "wall_clock_minutes": seconds / 60,
+        "peak_gpu_memory_mb": peak,
+        "recipe": recipe(name, args.batch_size),
     }
-    if name == args.inside and seed == args.seeds[0] and row["model"] == "vit":
+    if name == args.inside and seed == 0 and row["model"] == "vit":
         result["inside"] = inside(model, splits, device)
-    return result
+    return result, model
 
 
 def provenance(args, splits: ImageSplits, processes: int, device: torch.device) -> dict:
@@ -176,32 +219,52 @@ def provenance(args, splits: ImageSplits, processes: int, device: torch.device) 
         "data": {"source": splits.source, "sha256": splits.sha256,
                  "train": len(splits.train[1]), "val": len(splits.val[1]),
                  "test": len(splits.test[1]), "note": args.data_note},  # fmt: skip
-        "seeds": args.seeds,
+        "seeds": sorted({seed for _, seeds in args.plan for seed in seeds}),
         "base_recipe": BASE,
         "vit": dataclasses.asdict(TINY if args.tiny else VIT),
+        "timing": TIMING_NOTE,
     }
 
 
-def save(path: Path, results: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    temporary.replace(path)
+def save_weights(model: nn.Sequential, path: Path, result: dict) -> None:
+    """The trained body's weights (Normalize has none) as safetensors, with the run's numbers."""
+    notes = {"row": result["row"], "seed": str(result["seed"]),
+             "test_accuracy": str(result["test_accuracy"]), "recipe": json.dumps(result["recipe"]),
+             "normalize": json.dumps({"mean": CIFAR10_MEAN, "std": CIFAR10_STD})}  # fmt: skip
+    body = model[1]
+    if isinstance(body, VisionTransformer):  # vitbook's model file: load_model rebuilds it
+        from vitbook.checkpoints import save_model
+
+        records.write_with(path, lambda temporary: save_model(body, temporary, overwrite=True,
+                                                              **notes))  # fmt: skip
+    else:
+        from safetensors.torch import save
+
+        tensors = {k: v.detach().cpu().contiguous() for k, v in body.state_dict().items()}
+        records.write_bytes(path, save(tensors, metadata=notes))
 
 
-def merge(paths: list[Path], out: Path) -> None:
-    """Join result files: their runs, and the provenance of each."""
-    merged: dict = {"runs": [], "provenance": []}
-    for path in paths:
-        part = json.loads(path.read_text(encoding="utf-8"))
-        seen = {(r["row"], r["seed"]) for r in merged["runs"]}
-        twice = [(r["row"], r["seed"]) for r in part["runs"] if (r["row"], r["seed"]) in seen]
-        if twice:
-            sys.exit(f"{path} repeats runs already merged: {twice}")
-        merged["runs"] += part["runs"]
-        merged["provenance"] += part["provenance"]
-    save(out, merged)
-    print(f"merged {len(merged['runs'])} runs into {out}")
+def merge(args, parser: argparse.ArgumentParser) -> None:
+    """Join result files into a new one: their runs, and every provenance entry."""
+    out = args.out or records.new_path(Path("runs"), "cifar10-merged")
+    inputs = {path.expanduser().resolve() for path in args.merge}
+    try:
+        if out.exists() and out.expanduser().resolve() not in inputs:
+            raise FileExistsError(
+                f"{out} exists and is not among the files to merge, so its runs would be lost; "
+                f"add it to --merge, or choose a new --out."
+            )
+        records.check_output(out, write_assets=args.write_assets)
+        parts = [(str(path), records.read_json(path, remedy="pass a file written by this "
+                                               "script.")) for path in args.merge]  # fmt: skip
+        note = {"command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "files": [str(path) for path in args.merge]}  # fmt: skip
+        joined = records.join(parts, allow_mixed=args.allow_mixed, note=note)
+    except (OSError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: not merged: {error}\n")
+    records.write_json(out, joined)
+    print(f"merged {len(joined['runs'])} runs into {out}")
 
 
 def load_splits(args) -> ImageSplits:
@@ -209,42 +272,135 @@ def load_splits(args) -> ImageSplits:
         return cifar10_standin()
     try:
         return load_cifar10(args.data, download=args.download)
-    except DataUnavailableError as error:
+    except (DataUnavailableError, ValueError) as error:
         sys.exit(f"no CIFAR-10 here: {error}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number; give 1 or more")
+    return value
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--data", help="a .npz in torchvision's layout, or torchvision's folder")
     source.add_argument("--standin", action="store_true", help="the offline stand-in (smoke runs)")
     parser.add_argument("--download", action="store_true", help="let torchvision download")
     parser.add_argument("--data-note", default="", help="recorded with the data, e.g. its origin")
-    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, help="override every row's epochs (smoke runs)")
-    parser.add_argument("--batch-size", type=int, help="override the global batch size")
+    parser.add_argument("--rows", nargs="+", choices=list(ALL_ROWS), default=list(ROWS))
+    parser.add_argument("--seeds", nargs="+", type=int,
+                        help="every row's seeds (default: the ladder's plan; 0 1 2 for the "
+                             "recorded rows)")  # fmt: skip
+    parser.add_argument("--epochs", type=positive, help="override every row's epochs (smoke runs)")
+    parser.add_argument("--batch-size", type=positive, help="override the global batch size")
     parser.add_argument("--tiny", action="store_true", help="a tiny ViT (smoke runs)")
-    parser.add_argument("--inside", default="vit-mix-200", choices=list(ROWS),
-                        help="the row whose first seed's model the chapter looks inside")
-    parser.add_argument("--out", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--inside", default=BEST_ROW, choices=list(ALL_ROWS),
+                        help="the row whose seed 0 the chapter looks inside")  # fmt: skip
+    parser.add_argument("--out", type=Path, help="results file (default: a new file in runs/)")
+    parser.add_argument("--write-assets", action="store_true",
+                        help="allow --out (or --save-dir) in vitbook/assets, the shipped files")
+    parser.add_argument("--save-dir", type=Path, help="write each run's weights and the read-out")
     parser.add_argument("--merge", nargs="+", type=Path, help="join result files into --out")
+    parser.add_argument("--allow-mixed", action="store_true",
+                        help="join (--merge) or append to --out other data, devices, epochs or "
+                             "recipes")  # fmt: skip
+    parser.add_argument("--dist-timeout", type=positive, default=1800,
+                        help="seconds a torchrun worker waits for the others (default 1800)")
     args = parser.parse_args(argv)
+    if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {' '.join(map(str, args.seeds))} names a seed twice; one run "
+                     "per seed (two would count as two seeds).")  # fmt: skip
     if args.merge:
-        merge(args.merge, args.out)
+        return args, parser
+    if len(set(args.rows)) != len(args.rows):
+        parser.error(f"--rows {' '.join(args.rows)} names a row twice; name each once.")
+    args.plan = [(name, tuple(args.seeds) if args.seeds is not None
+                  else PLAN.get(name, (0, 1, 2))) for name in args.rows]  # fmt: skip
+    lacking = {name: missing_api(ALL_ROWS[name]) for name in args.rows}
+    lacking = {name: lacks for name, lacks in lacking.items() if lacks}
+    if lacking:
+        parser.error(f"this vitbook cannot train {sorted(lacking)} yet: it lacks "
+                     f"{sorted({x for lacks in lacking.values() for x in lacks})}.")  # fmt: skip
+    return args, parser
+
+
+def check_outputs(args, parser: argparse.ArgumentParser) -> dict | None:
+    """Every path this run writes, checked before it trains; the --out file's runs, if any."""
+    args.out = args.out or records.new_path(Path("runs"), "cifar10")
+    try:
+        records.check_output(args.out, write_assets=args.write_assets)
+        existing = None
+        if args.out.exists():
+            existing = records.read_json(args.out, remedy="choose another --out.")
+            records.check_together([(str(args.out), existing)], allow_mixed=True)
+        if args.save_dir is not None:
+            for name, seeds in args.plan:
+                for seed in seeds:
+                    weights = args.save_dir / f"{name}-seed{seed}.safetensors"
+                    records.check_output(weights, write_assets=args.write_assets, exists_ok=False)
+    except (OSError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: nothing trained: {error}\n")
+    return existing
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, parser = parse(argv)
+    if args.merge:
+        merge(args, parser)
         return 0
-    rank, local, processes = world()
+    existing = check_outputs(args, parser)
+    try:
+        rank, local, processes = world(args.dist_timeout)
+    except RuntimeError as error:  # torch.distributed.DistError is one
+        raise SystemExit(
+            f"process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')}: the workers "
+            f"did not all start within --dist-timeout={args.dist_timeout} s ({error}). Nothing "
+            "trained; check that every worker runs (torchrun starts them all)."
+        ) from error
     device = torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
     splits = load_splits(args)
-    results = {"runs": [], "provenance": [provenance(args, splits, processes, device)]}
-    for name in args.rows:
-        for seed in args.seeds:
-            result = run(name, seed, splits, args, device, rank)
-            if rank == 0:
-                results["runs"].append(result)
-                save(args.out, results)
+    here = provenance(args, splits, processes, device)
+    before = existing or {"runs": [], "provenance": []}
+    planned = [{"row": name, "seed": seed, "epochs": epochs_of(name, args),
+                "recipe": recipe(name, args.batch_size)}
+               for name, seeds in args.plan for seed in seeds]  # fmt: skip
+    this = [("this run", {"runs": planned, "provenance": [here]})]
+    try:
+        records.check_together([(str(args.out), existing)] * (existing is not None) + this,
+                               allow_mixed=args.allow_mixed)  # fmt: skip
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: nothing trained, {args.out} unchanged: {error}\n")
+    process = len(before["provenance"])
+    results = {**before, "runs": list(before["runs"]), "provenance": [*before["provenance"], here]}
+    try:
+        for name, seeds in args.plan:
+            for seed in seeds:
+                result, model = run(name, seed, splits, args, device, rank)
+                if rank != 0:
+                    continue
+                results["runs"].append({**result, "process": process})
+                records.write_json(args.out, results)
+                if args.save_dir is not None:
+                    save_weights(model, args.save_dir / f"{name}-seed{seed}.safetensors", result)
+                    if "inside" in result:
+                        records.write_json(args.save_dir / f"{name}-seed{seed}-readout.json",
+                                           result["inside"])  # fmt: skip
                 print(f"{name} seed {seed}: val {result['final_val_accuracy']:.4f}, test "
-                      f"{result['test_accuracy']:.4f}, {result['minutes']:.1f} min", flush=True)
+                      f"{result['test_accuracy']:.4f}, {result['wall_clock_minutes']:.1f} min "
+                      f"wall-clock; in {args.out}", flush=True)  # fmt: skip
+    except RuntimeError as error:
+        if processes == 1:
+            raise
+        finished = len(results["runs"]) - len(before["runs"])
+        kept = f"; {finished} finished run(s) are in {args.out}" if rank == 0 and finished else ""
+        raise SystemExit(
+            f"process {rank} of {processes} stopped: {error}\nAnother worker stopped, failed or "
+            f"did not answer within --dist-timeout={args.dist_timeout} s{kept}. Rerun the "
+            "missing rows and seeds (--rows, --seeds) into a new --out and --merge the files."
+        ) from error
     if processes > 1:
         torch.distributed.destroy_process_group()
     return 0

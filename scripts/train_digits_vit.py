@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """Reproduce vitbook/assets/digits_vit.safetensors, the ViT that vitbook.pretrained ships.
 
-    python scripts/train_digits_vit.py            # trains on the CPU and writes the file
+    python scripts/train_digits_vit.py            # trains on the CPU, writes a new file in runs/
     python scripts/train_digits_vit.py --out /tmp/digits_vit.safetensors
-    python scripts/train_digits_vit.py --variant cls   # digits_vit_cls.safetensors
+    python scripts/train_digits_vit.py --variant cls   # the cls variant, into runs/
+    python scripts/train_digits_vit.py --write-assets  # replaces the shipped model
+
+Nothing recorded is overwritten: the model goes to a new file in runs/ unless --out names one,
+an existing --out is refused, and the shipped files (vitbook/assets) are written only with
+--write-assets (then the variant's shipped file is the default --out). The path is checked
+before anything trains or any digit is read, and the file is written atomically.
 
 The default variant ("mean") averages the patch tokens for the head, though the model has a
 class token; "cls" is the same model read out from its class token, as in the ViT paper.
@@ -21,10 +27,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from pathlib import Path
 
 import torch
 
-from vitbook import VisionTransformer, ViTConfig
+from vitbook import VisionTransformer, ViTConfig, records
 from vitbook.data import load_digits_split
 from vitbook.pretrained import DIGITS_VIT_CLS_PATH, DIGITS_VIT_PATH, save_model
 from vitbook.train import evaluate, fit, random_shift
@@ -63,11 +70,27 @@ VARIANTS = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", choices=list(VARIANTS), default="mean")
-    parser.add_argument("--out", help="where to write the weights (default: the shipped file)")
+    parser.add_argument("--out", type=Path,
+                        help="where to write the weights (default: a new file in runs/, or the "
+                             "shipped file with --write-assets)")  # fmt: skip
+    parser.add_argument("--write-assets", action="store_true",
+                        help="allow writing the shipped model files in vitbook/assets")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    config, default_out, min_accuracy = VARIANTS[args.variant]
-    out = args.out or str(default_out)
+    config, shipped, min_accuracy = VARIANTS[args.variant]
+    if args.out is not None:
+        out = args.out
+    elif args.write_assets:
+        out = shipped
+    else:
+        out = records.new_path(Path("runs"), shipped.stem, ".safetensors")
+    try:  # before anything trains and before the test digits are read
+        records.check_output(out, write_assets=args.write_assets)
+        if out.exists() and not (records.is_shipped(out) and args.write_assets):
+            raise FileExistsError(f"{out} exists, and this script does not overwrite a model; "
+                                  "choose a new --out.")  # fmt: skip
+    except (OSError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: nothing trained: {error}\n")
 
     torch.set_num_threads(1)  # one thread: the same float sums in the same order every run
     torch.use_deterministic_algorithms(True)
@@ -94,16 +117,15 @@ def main() -> None:
         raise SystemExit(f"validation accuracy {validation:.4f} < {min_accuracy}: not written")
     test = evaluate(model, (x_test, y_test))  # read once, after the model is accepted
     print(f"test accuracy {test:.4f}")
-    save_model(
-        model,
-        out,
-        validation_accuracy=f"{validation:.4f}",
-        test_accuracy=f"{test:.4f}",
-        recipe=str(
+    notes = {
+        "validation_accuracy": f"{validation:.4f}",
+        "test_accuracy": f"{test:.4f}",
+        "recipe": str(
             {**RECIPE, "seed": args.seed, "augment": "random_shift(1)",
              "train_images": len(x_train)}
         ),  # fmt: skip
-    )
+    }
+    records.write_with(out, lambda path: save_model(model, path, overwrite=True, **notes))
     print(f"wrote {out}")
 
 

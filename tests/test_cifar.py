@@ -199,3 +199,37 @@ def test_normalize_undoes_the_statistics_and_keeps_no_state():
         Normalize((0.5, 0.5), (0.5, 0.0))
     with pytest.raises(ValueError, match="one of each per channel"):
         Normalize((0.5,), (0.5, 0.5))
+
+
+def test_normalize_refuses_what_it_would_get_wrong_silently():
+    normalize = Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+    pixels = torch.full((2, 3, 4, 5), 128, dtype=torch.uint8)
+    with pytest.raises(TypeError, match=r"float images in \[0, 1\], got torch.uint8; .*/ 255"):
+        normalize(pixels)
+    with pytest.raises(ValueError, match=r"3 channels .*got shape \(2, 1, 4, 5\); .*expand"):
+        normalize(torch.rand(2, 1, 4, 5))  # grey photos would be broadcast to three channels
+    with pytest.raises(ValueError, match=r"got shape \(3, 4, 5\)"):
+        normalize(torch.rand(3, 4, 5))  # one photo without its batch axis
+    half = normalize(pixels.half() / 255)  # the images' dtype is kept
+    assert half.dtype == torch.float16 and torch.isfinite(half).all()
+    torch.testing.assert_close(half.float(), torch.full((2, 3, 4, 5), (128 / 255 - 0.5) / 0.25),
+                               atol=2e-3, rtol=0)  # fp16 rounding  # fmt: skip
+
+
+def test_a_damaged_npz_is_named_with_what_to_do(tmp_path):
+    path, _ = fake_cifar(tmp_path)
+    whole = path.read_bytes()
+    for cut in (0, 200, len(whole) // 2, len(whole) - 30):  # a copy cut short
+        path.write_bytes(whole[:cut])
+        with pytest.raises(ValueError, match=r"cifar\.npz is not a readable \.npz .*cut short"):
+            load_cifar10(path, val_size=50)
+    np.savez(path, x_train=np.array([object()] * 3), y_train=np.arange(3), x_test=np.zeros(1),
+             y_test=np.arange(1))  # fmt: skip
+    with pytest.raises(ValueError, match=r"cifar\.npz is not a \.npz of plain arrays: .*pickled"):
+        load_cifar10(path, val_size=50)
+    path.write_bytes(b"\x80\x04not a zip, not a pickle")
+    with pytest.raises(ValueError, match=r"cifar\.npz is not a \.npz of plain arrays"):
+        load_cifar10(path, val_size=50)
+    (tmp_path / "folder.npz").mkdir()
+    with pytest.raises(ValueError, match="is a folder; pass the .npz file itself"):
+        load_cifar10(tmp_path / "folder.npz")

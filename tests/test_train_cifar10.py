@@ -1,35 +1,68 @@
-"""scripts/train_cifar10.py: a smoke run on the stand-in, and the same run under torchrun.
+"""scripts/train_cifar10.py: smoke runs on the stand-in, under torchrun, and what it never loses.
 
 Under ``torchrun --nproc_per_node=2`` (gloo on the CPU) each process trains on half of every
 global batch inside DistributedDataParallel; the per-epoch losses must equal one process's on the
-same global batches, up to the order of floating-point sums.
+same global batches, up to the order of floating-point sums. The script's default output is a new
+file, an existing one only gains runs that belong with its own, the shipped recording is written
+only with --write-assets, every path is checked before training, and a stopped worker ends the
+others with a message instead of a hang.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from vitbook.checkpoints import load_model, read_metadata
+from vitbook.ladder import RESULTS_PATH
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_cifar10.py"
-SMOKE = ["--standin", "--tiny", "--epochs", "2", "--seeds", "0", "--rows", "vit-crop-flip",
-         "--batch-size", "60"]  # fmt: skip
+ASSETS = ROOT / "vitbook" / "assets"
+TINY = ["--standin", "--tiny", "--rows", "vit-crop-flip", "--batch-size", "60"]
+SMOKE = [*TINY, "--epochs", "2", "--seeds", "0"]
 TIMEOUT_S = 240
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "VITBOOK_PROGRESS": "0", "PYTHONPATH": str(ROOT)}
+
+
+def shipped_checksums() -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(ASSETS.iterdir())}
+
+
+def script_run(args: list[str], cwd: Path = ROOT, command: list[str] | None = None):
+    return subprocess.run(
+        [*(command or [sys.executable, str(SCRIPT)]), *args], cwd=cwd, env=ENV,
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+    )  # fmt: skip
 
 
 def run(command: list[str], out: Path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "VITBOOK_PROGRESS": "0", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [*command, *SMOKE, "--out", str(out)], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=TIMEOUT_S, check=False,
-    )  # fmt: skip
+    result = script_run([*SMOKE, "--out", str(out)], command=command)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(out.read_text(encoding="utf-8"))
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("train_cifar10", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def refusal(script, argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as caught:
+        script.main(argv)
+    assert caught.value.code not in (0, None)
+    captured = capsys.readouterr()
+    return captured.out + captured.err
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +75,14 @@ def test_a_smoke_run_records_the_run_and_its_provenance(one_process):
     assert record["row"] == "vit-crop-flip" and record["seed"] == 0 and record["epochs"] == 2
     assert len(record["train_loss"]) == len(record["val_accuracy"]) == 2
     assert 0 <= record["test_accuracy"] <= 1 and record["precision"] == "fp32"
+    assert record["process"] == 0 and record["wall_clock_minutes"] > 0
+    assert record["peak_gpu_memory_mb"] is None  # no GPU here
+    assert record["recipe"]["batch_size"] == 60  # an override is part of the recipe
     (provenance,) = one_process["provenance"]
     assert provenance["processes"] == 1 and provenance["gpu"] is None
     assert provenance["data"]["source"].startswith("stand-in")
     assert len(provenance["data"]["sha256"]) == 64
-    assert "--standin" in provenance["command"]
+    assert "--standin" in provenance["command"] and "wall-clock" in provenance["timing"]
 
 
 def test_two_processes_under_torchrun_compute_the_losses_of_one(one_process, tmp_path):
@@ -57,3 +93,153 @@ def test_two_processes_under_torchrun_compute_the_losses_of_one(one_process, tmp
     (one_run,), (two_run,) = one_process["runs"], two["runs"]
     assert two_run["train_loss"] == pytest.approx(one_run["train_loss"], rel=1e-5)
     assert two_run["val_accuracy"] == pytest.approx(one_run["val_accuracy"], abs=1e-6)
+
+
+def test_the_smoke_command_of_the_issue_leaves_the_shipped_files_alone(tmp_path, monkeypatch):
+    """The command that once replaced the shipped ladder, with the training itself stubbed."""
+    script = load_script()
+    trained = []
+
+    def fake_run(name, seed, splits, args, device, rank):
+        trained.append((name, seed, args.epochs))
+        return {"row": name, "seed": seed, "epochs": 1, "recipe": script.recipe(name, None),
+                "final_val_accuracy": 0.5, "test_accuracy": 0.5,
+                "wall_clock_minutes": 0.1}, None  # fmt: skip
+
+    monkeypatch.setattr(script, "run", fake_run)
+    monkeypatch.chdir(tmp_path)
+    before = shipped_checksums()
+    smoke = ["--standin", "--tiny", "--epochs", "1", "--rows", "resnet18", "--seeds", "0"]
+    assert script.main(smoke) == 0 and trained == [("resnet18", 0, 1)]
+    (written,) = (tmp_path / "runs").iterdir()
+    assert written.name.startswith("cifar10-") and len(json.loads(written.read_text())["runs"]) == 1
+    assert shipped_checksums() == before
+
+
+def test_runs_are_appended_only_where_they_belong(tmp_path):
+    before = shipped_checksums()
+    first = script_run([*TINY, "--epochs", "1", "--seeds", "1", "0", "--inside",
+                        "vit-crop-flip", "--save-dir", "weights"], cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    (out,) = (tmp_path / "runs").iterdir()  # the default: a new file in runs/
+    results = json.loads(out.read_text())
+    assert [(r["row"], r["seed"]) for r in results["runs"]] == [("vit-crop-flip", 1),
+                                                               ("vit-crop-flip", 0)]  # fmt: skip
+    # The read-out: seed 0 of the --inside row, though this process's first seed is 1.
+    assert ["inside" in r for r in results["runs"]] == [False, True]
+    weights = tmp_path / "weights"
+    assert sorted(p.name for p in weights.iterdir()) == [
+        "vit-crop-flip-seed0-readout.json", "vit-crop-flip-seed0.safetensors",
+        "vit-crop-flip-seed1.safetensors"]  # fmt: skip
+    model = load_model(weights / "vit-crop-flip-seed0.safetensors")
+    assert model.config.embed_dim == 32 and model.config.num_classes == 3
+    assert read_metadata(weights / "vit-crop-flip-seed0.safetensors")["row"] == "vit-crop-flip"
+    readout = json.loads((weights / "vit-crop-flip-seed0-readout.json").read_text())
+    assert readout == results["runs"][1]["inside"]
+
+    again = script_run([*TINY, "--epochs", "1", "--seeds", "2", "--out", str(out)],
+                       cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    appended = json.loads(out.read_text())
+    assert [r["seed"] for r in appended["runs"]] == [1, 0, 2]  # nothing erased
+    assert [r["process"] for r in appended["runs"]] == [0, 0, 1]
+    assert len(appended["provenance"]) == 2
+
+    kept = out.read_bytes()
+    for args, message in [
+        (["--epochs", "1", "--seeds", "2"], "row 'vit-crop-flip' seed 2 twice"),
+        (["--epochs", "2", "--seeds", "3"], "row 'vit-crop-flip' has 2 epochs or recipes"),
+    ]:
+        refused = script_run([*TINY, *args, "--out", str(out)], cwd=tmp_path)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr[-3000:]
+        assert "nothing trained" in refused.stderr
+    assert out.read_bytes() == kept and shipped_checksums() == before
+    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no temporary left
+
+
+def test_bad_arguments_and_paths_are_refused_before_anything_trains(tmp_path, capsys):
+    script = load_script()
+    for argv, message in [
+        (["--seeds", "0", "0"], "--seeds 0 0 names a seed twice"),
+        (["--epochs", "0"], "--epochs: 0 is not a positive number"),
+        (["--batch-size", "0"], "--batch-size: 0 is not a positive number"),
+        (["--rows", "vit-crop-flip", "vit-crop-flip"], "names a row twice"),
+        (["--out", str(RESULTS_PATH)], "ships with vitbook (vitbook/assets)"),
+        (["--out", str(tmp_path)], "is a folder"),
+        (["--out", str(tmp_path / "w.json"), "--save-dir", str(ASSETS / "w")], "--write-assets"),
+    ]:
+        text = refusal(script, ["--standin", "--rows", "vit-crop-flip", *argv], capsys)
+        assert message in text, (argv, text)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"runs": [')
+    text = refusal(script, ["--standin", "--rows", "vit-crop-flip", "--out", str(broken)], capsys)
+    assert "broken.json is not valid JSON" in text and "nothing trained" in text
+
+
+def halves(tmp_path) -> list[Path]:
+    shipped = json.loads(RESULTS_PATH.read_text())
+    paths = []
+    for k in range(2):
+        part = {"runs": shipped["runs"][k::2], "provenance": shipped["provenance"][k::2]}
+        paths.append(tmp_path / f"half{k}.json")
+        paths[-1].write_text(json.dumps(part))
+    return paths
+
+
+def test_merge_joins_what_belongs_and_refuses_the_rest(tmp_path, capsys, monkeypatch):
+    script = load_script()
+    monkeypatch.chdir(tmp_path)
+    parts = halves(tmp_path)
+    assert script.main(["--merge", *map(str, parts), "--out", "ladder.json"]) == 0
+    merged = json.loads((tmp_path / "ladder.json").read_text())
+    assert len(merged["runs"]) == 13 and len(merged["provenance"]) == 13
+    assert merged["joins"][0]["files"] == [str(p) for p in parts]
+    standin = tmp_path / "standin.json"
+    run = {**merged["runs"][0], "seed": 7, "epochs": 1, "test_accuracy": 0.3}
+    provenance = {**merged["provenance"][0], "device": "CPU (x86_64)",
+                  "data": {**merged["provenance"][0]["data"], "sha256": "0123abcd"}}  # fmt: skip
+    standin.write_text(json.dumps({"runs": [run], "provenance": [provenance]}))
+    text = refusal(script, ["--merge", "ladder.json", str(standin), "--out", "m.json"], capsys)
+    for message in ("data checksums differ", "devices differ", "2 epochs or recipes",
+                    "--allow-mixed"):  # fmt: skip
+        assert message in text, text
+    text = refusal(script, ["--merge", *map(str, parts), str(parts[0]), "--out", "m.json"], capsys)
+    assert "seed 0 twice" in text
+    text = refusal(script, ["--merge", str(parts[0]), "--out", "ladder.json"], capsys)
+    assert "ladder.json exists and is not among the files to merge" in text
+    assert not (tmp_path / "m.json").exists()
+    assert script.main(["--merge", "ladder.json", str(standin), "--allow-mixed"]) == 0
+    (mixed,) = (tmp_path / "runs").iterdir()  # the default: a new file
+    mixed = json.loads(mixed.read_text())
+    assert len(mixed["runs"]) == 14 and len(mixed["provenance"]) == 14
+    assert mixed["joins"][-1]["allow_mixed"] is True
+
+
+FAKE_WORKER = """
+import datetime, time, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+time.sleep(600)  # joins, then never answers: a stopped worker
+"""
+
+
+def test_a_stopped_worker_ends_the_others_with_a_message(tmp_path):
+    port = str(29500 + os.getpid() % 1000)
+    env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2"}
+    worker = subprocess.Popen([sys.executable, "-c", FAKE_WORKER], env={
+        **env, "RANK": "1", "LOCAL_RANK": "1"})  # fmt: skip
+    try:
+        start = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), *SMOKE, "--out", str(tmp_path / "r.json"),
+             "--dist-timeout", "5"],
+            env={**env, "RANK": "0", "LOCAL_RANK": "0"}, capture_output=True, text=True,
+            timeout=TIMEOUT_S, check=False,
+        )  # fmt: skip
+    finally:
+        worker.kill()
+        worker.wait()
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "process 0 of 2 stopped" in result.stderr
+    assert "did not answer within --dist-timeout=5 s" in result.stderr
+    assert time.monotonic() - start < TIMEOUT_S
+    assert not (tmp_path / "r.json").exists()  # no run finished, nothing written

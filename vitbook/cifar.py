@@ -17,6 +17,7 @@ See chapter: Real photos on a GPU.
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,8 +100,19 @@ class Normalize(nn.Module):
     that handles images (augmentation, plots) sees them unnormalised. ``mean`` and ``std`` are
     non-persistent buffers: a state dict holds only the model's weights.
 
+    It computes in the images' floating-point dtype (so a half-precision model gets half
+    images back) and refuses what it would silently get wrong: integer images (8-bit pixels
+    minus a mean cast to uint8 give nonsense; divide by 255 first) and a number of channels other
+    than ``len(mean)`` (grey images would be broadcast to three channels without a word). These
+    are checks of dtype and shape only, so they cost no GPU sync.
+
     Shapes:
-        forward: (B, C, H, W) -> (B, C, H, W).
+        forward: (B, C, H, W) -> (B, C, H, W), C = ``len(mean)``.
+
+    Raises:
+        TypeError: in ``forward``, images that are not floating point.
+        ValueError: ``mean`` and ``std`` of different lengths or a ``std`` <= 0; in ``forward``,
+            images that are not (B, C, H, W) with C = ``len(mean)``.
 
     Example:
         >>> normalize = Normalize(CIFAR10_MEAN, CIFAR10_STD)
@@ -127,6 +139,19 @@ class Normalize(nn.Module):
         return f"mean={self.mean.flatten().tolist()}, std={self.std.flatten().tolist()}"
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if not torch.is_floating_point(images):
+            raise TypeError(
+                f"Normalize takes float images in [0, 1], got {images.dtype}; convert 8-bit "
+                "photos first with images.float() / 255."
+            )
+        channels = len(self.mean)
+        if images.ndim != 4 or images.shape[1] != channels:
+            raise ValueError(
+                f"Normalize has statistics for {channels} channels and takes (B, {channels}, H, "
+                f"W) images, got shape {tuple(images.shape)}; give grey images their "
+                f"{channels} channels (images.expand(-1, {channels}, -1, -1)) or use a "
+                "Normalize with one mean and std per channel."
+            )
         mean, std = self.mean.to(images.dtype), self.std.to(images.dtype)
         return (images - mean) / std  # (B, C, H, W)
 
@@ -183,21 +208,39 @@ def _split(
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, ...]:
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; pass the .npz file itself.")
     if not path.is_file():
         raise DataUnavailableError(
             f"{path} does not exist; pass the path of a .npz with x_train, y_train, x_test and "
             "y_test (torchvision's layout), or source=None to use torchvision."
         )
-    with np.load(path, allow_pickle=False) as arrays:
-        missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in arrays]
-        if missing:
-            raise ValueError(
-                f"{path} lacks {missing}; it needs x_train (N, 32, 32, 3) uint8, y_train (N,), "
-                "x_test and y_test in torchvision's layout."
+    remake = (
+        "make the file again (np.savez with the four uint8/int arrays, or the data set's "
+        "to_npz.py), or pass source=None to use torchvision."
+    )
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in arrays]
+            if missing:
+                raise ValueError(
+                    f"{path} lacks {missing}; it needs x_train (N, 32, 32, 3) uint8, y_train "
+                    "(N,), x_test and y_test in torchvision's layout."
+                )
+            x_train, y_train, x_test, y_test = (
+                arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")
             )
-        x_train, y_train, x_test, y_test = (
-            arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")
-        )
+    except (zipfile.BadZipFile, EOFError, OSError) as error:  # cut short, not a .npz at all
+        raise ValueError(f"{path} is not a readable .npz ({error}); it is damaged or cut "
+                         f"short: {remake}") from error  # fmt: skip
+    except ValueError as error:
+        if "allow_pickle" not in str(error):
+            raise
+        raise ValueError(  # numpy's advice to unpickle would run code from the file: never
+            f"{path} is not a .npz of plain arrays: numpy found pickled Python objects in it "
+            "(or bytes that are no .npz at all), which vitbook never loads, since unpickling "
+            f"runs code from the file. Photos must be uint8 and labels integer arrays; {remake}"
+        ) from error
     for name, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
         if x.dtype != np.uint8 or x.ndim != 4 or x.shape[1:] != (32, 32, 3):
             raise ValueError(

@@ -47,7 +47,6 @@ See chapters: Training and classification; Positional encodings; Images as seque
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
@@ -57,6 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitbook import records
 from vitbook.baselines import DigitsCNN
 from vitbook.data import load_digits_split
 from vitbook.train import evaluate, fit, random_shift
@@ -328,12 +328,7 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
 
     See chapter: Training and classification.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} does not exist; write it with python scripts/run_experiments.py."
-        )
-    return json.loads(path.read_text(encoding="utf-8"))
+    return records.read_json(path, remedy="write it with python scripts/run_experiments.py.")
 
 
 def summary(

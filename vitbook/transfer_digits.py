@@ -37,7 +37,6 @@ See chapter: Fine-tuning a pretrained ViT.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import statistics
 import time
@@ -46,6 +45,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from vitbook import records
 from vitbook.checkpoints import load_model
 from vitbook.data import load_digits_split
 from vitbook.train import evaluate, fit, random_shift
@@ -390,12 +390,7 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
 
     See chapter: Fine-tuning a pretrained ViT.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} does not exist; write it with python scripts/run_transfer.py."
-        )
-    return json.loads(path.read_text(encoding="utf-8"))
+    return records.read_json(path, remedy="write it with python scripts/run_transfer.py.")
 
 
 def summary(

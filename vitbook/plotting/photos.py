@@ -102,22 +102,27 @@ def plot_ladder(
 ) -> Figure:
     """Test accuracy of each row of a recipe ladder: mean and the range over seeds.
 
+    Times are left out on purpose: recorded wall-clock minutes of runs that shared a GPU are not
+    the time of a run alone.
+
     Args:
-        table: row -> ``{"test_mean", "test_min", "test_max", "n", "minutes"}`` (what
-            :func:`vitbook.cifar.summarize` returns).
+        table: row -> ``{"test_mean", "test_min", "test_max", "n"}`` (what
+            :func:`vitbook.ladder.summarize` returns).
         labels: row -> the label to print; default the row's name.
         anchors: label -> an accuracy from elsewhere, drawn as a dashed line.
 
     Example:
-        >>> row = {"test_mean": 0.8, "test_min": 0.79, "test_max": 0.81, "n": 3, "minutes": 2.0}
+        >>> row = {"test_mean": 0.8, "test_min": 0.79, "test_max": 0.81, "n": 3}
         >>> fig = plot_ladder({"a": row}, anchors={"paper": 0.9})
         >>> fig.axes[0].get_xlabel()
         'test accuracy (mean; bar = range over seeds)'
+        >>> fig.axes[0].get_yticklabels()[0].get_text()
+        'a\\n80.0%, 3 seeds'
 
     See chapter: Real photos on a GPU.
     """
     if not table:
-        raise ValueError("table is empty; pass vitbook.cifar.summarize(results).")
+        raise ValueError("table is empty; pass vitbook.ladder.summarize(results).")
     names = list(table)
     height = 0.55 * len(names) + 1.2
     fig = new_figure(COLUMN_WIDTH, height)
@@ -133,8 +138,8 @@ def plot_ladder(
     for k, (name, value) in enumerate((anchors or {}).items()):
         ax.axvline(value, color=f"C{k + 1}", ls="--", label=f"{name}: {value:.1%}")
     ticks = [
-        f"{(labels or {}).get(n, n)}\n{table[n]['test_mean']:.1%}, {table[n]['n']} seeds, "
-        f"{table[n]['minutes']:.0f} min a run"
+        f"{(labels or {}).get(n, n)}\n{table[n]['test_mean']:.1%}, {table[n]['n']} "
+        f"{'seed' if table[n]['n'] == 1 else 'seeds'}"
         for n in names
     ]
     ax.set_yticks(range(len(names)), ticks)

@@ -1,0 +1,413 @@
+"""Recorded results on disk: paths checked before a run, atomic writes, joins of runs that belong.
+
+The book's recorded results (``vitbook/assets``: the photo ladder, the digits experiments, the
+transfer miniature, the shipped models) are real runs that took hours. The scripts that make them
+go through this module, so that nothing recorded is lost by a careless command:
+
+- :func:`check_output` checks a results path *before* any training or test read: its folder
+  exists or can be made, it is not a folder, it is writable, and it is not a shipped file unless
+  the caller says so explicitly (``write_assets=True``, a script's ``--write-assets`` flag).
+- :func:`write_json`, :func:`write_bytes` and :func:`write_with` write a temporary file in the
+  same folder, flush it to the disk (``fsync``) and move it into place with ``os.replace``: a
+  reader sees the old file or the new one, never half a file, and a failed write (a full disk,
+  say) leaves the old file as it was and no temporary file behind.
+- :func:`read_json` reads a results file with errors that name it and say what to do.
+- :func:`check_together` refuses to join ladder runs that do not belong together (other data,
+  device, epochs or recipe, or a row and seed twice); :func:`join` joins them, keeping every
+  provenance entry.
+
+See chapter: Real photos on a GPU.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+__all__ = [
+    "ASSETS",
+    "ResultsFileError",
+    "ShippedFileError",
+    "check_output",
+    "check_together",
+    "is_shipped",
+    "join",
+    "new_path",
+    "read_json",
+    "write_bytes",
+    "write_json",
+    "write_with",
+]
+
+ASSETS = Path(__file__).parent / "assets"
+
+
+class ResultsFileError(ValueError):
+    """A results file that exists but cannot be read as results; the message names it.
+
+    See chapter: Real photos on a GPU.
+    """
+
+
+class ShippedFileError(ValueError):
+    """A write onto a file that ships with vitbook, without the explicit flag that allows it.
+
+    See chapter: Real photos on a GPU.
+    """
+
+
+def is_shipped(path: str | os.PathLike) -> bool:
+    """Whether ``path`` lies in ``vitbook/assets``, the results and models the book ships.
+
+    Example:
+        >>> is_shipped(ASSETS / "cifar10_results.json"), is_shipped("runs/ladder.json")
+        (True, False)
+
+    See chapter: Real photos on a GPU.
+    """
+    resolved = Path(path).expanduser().resolve()
+    return resolved == ASSETS.resolve() or ASSETS.resolve() in resolved.parents
+
+
+def new_path(folder: str | os.PathLike, stem: str, suffix: str = ".json") -> Path:
+    """A file name in ``folder`` that does not exist yet: ``stem-YYYYmmddTHHMMSSZ.suffix``.
+
+    A later run gets another name (``-2``, ``-3``... within the same second), so a script's
+    default output never replaces an earlier one.
+
+    Example:
+        >>> import tempfile
+        >>> path = new_path(tempfile.mkdtemp(), "ladder")
+        >>> path.name.startswith("ladder-") and path.suffix == ".json" and not path.exists()
+        True
+
+    See chapter: Real photos on a GPU.
+    """
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(folder) / f"{stem}-{stamp}{suffix}"
+    count = 2
+    while path.exists():
+        path = Path(folder) / f"{stem}-{stamp}-{count}{suffix}"
+        count += 1
+    return path
+
+
+def check_output(
+    path: str | os.PathLike,
+    *,
+    write_assets: bool = False,
+    flag: str = "--write-assets",
+    exists_ok: bool = True,
+) -> Path:
+    """Check that a run can write ``path``, before it trains: a run must not end unable to save.
+
+    Makes the folder if it is missing, then writes and removes a temporary file there, which
+    proves that it is writable (permissions, a read-only or full file system).
+
+    Args:
+        path: the file a script will write.
+        write_assets: allow a file in ``vitbook/assets`` (the files the book ships).
+        flag: the script's flag that sets ``write_assets``, named in the error.
+        exists_ok: allow an existing file (which the caller then appends to or checks);
+            otherwise an existing file is refused.
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        TypeError: ``path`` is not a path.
+        ShippedFileError: a shipped file without ``write_assets``.
+        ValueError: ``path`` is a folder, or its folder cannot be made.
+        FileExistsError: an existing file with ``exists_ok=False``.
+        PermissionError: the folder or the file is not writable.
+
+    Example:
+        >>> import tempfile
+        >>> out = check_output(Path(tempfile.mkdtemp()) / "new" / "ladder.json")
+        >>> out.parent.is_dir(), out.exists()
+        (True, False)
+
+    See chapter: Real photos on a GPU.
+    """
+    if not isinstance(path, str | os.PathLike) or not str(path):
+        raise TypeError(f"the output must be a file path, got {path!r}.")
+    path = Path(path).expanduser()
+    if is_shipped(path) and not write_assets:
+        raise ShippedFileError(
+            f"{path} ships with vitbook (vitbook/assets): a run does not write it unless told "
+            f"with {flag}. Write elsewhere (leave the output at its default, a new file), or "
+            f"pass {flag} to record onto the shipped file."
+        )
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; name a file in it, e.g. {path / 'results.json'}.")
+    if path.exists() and not exists_ok:
+        raise FileExistsError(f"{path} exists and this run does not replace it; choose a new path.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as error:
+        raise ValueError(f"the folder of {path} is a file ({error.filename}); choose a path "
+                         "whose folder is a folder.") from error  # fmt: skip
+    except OSError as error:
+        raise PermissionError(f"cannot make the folder {path.parent} ({error}); choose a "
+                              "writable place.") from error  # fmt: skip
+    try:
+        handle, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+    except OSError as error:
+        raise PermissionError(
+            f"cannot write in {path.parent} ({error}); choose a writable place for {path.name}."
+        ) from error
+    os.close(handle)
+    os.unlink(probe)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise PermissionError(f"{path} is not writable; make it writable or choose a new path.")
+    return path
+
+
+def write_with(path: str | os.PathLike, write: Callable[[Path], object]) -> None:
+    """Let ``write(temporary)`` write a file beside ``path``, then move it into place atomically.
+
+    ``write`` gets the path of a new, empty temporary file in ``path``'s folder (a writer that
+    refuses to replace foreign files needs its ``overwrite`` flag); the file is then flushed to
+    the disk (``fsync``) and moved onto ``path`` with ``os.replace``. On any failure (a full disk,
+    an interrupt) the temporary file is removed and an existing ``path`` is left as it was.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "note.txt"
+        >>> write_with(path, lambda temporary: temporary.write_text("kept"))
+        >>> path.read_text(), sorted(p.name for p in path.parent.iterdir())
+        ('kept', ['note.txt'])
+
+    See chapter: Real photos on a GPU.
+    """
+    path = Path(path)
+    if path.exists():  # keep the file's permissions; a new file gets the usual ones
+        mode = path.stat().st_mode & 0o777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        write(temporary)
+        os.chmod(temporary, mode)  # mkstemp makes a file readable by its owner only
+        handle = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable; not every file system lets a folder be opened
+        folder = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`write_with`).
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "note.bin"
+        >>> write_bytes(path, b"kept")
+        >>> path.read_bytes()
+        b'kept'
+
+    See chapter: Real photos on a GPU.
+    """
+    write_with(path, lambda temporary: temporary.write_bytes(data))
+
+
+def write_json(path: str | os.PathLike, data: object) -> None:
+    """Write ``data`` as indented JSON to ``path``, atomically (see :func:`write_with`).
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "results.json"
+        >>> write_json(path, {"runs": []})
+        >>> read_json(path, remedy="")
+        {'runs': []}
+
+    See chapter: Real photos on a GPU.
+    """
+    write_bytes(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+
+
+def read_json(path: str | os.PathLike, *, remedy: str) -> dict:
+    """A results file as a dict, with errors that name the file and say what to do.
+
+    Args:
+        path: the file.
+        remedy: how to make the file again, appended to the errors (a script's command).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ResultsFileError: a folder, a file that is not UTF-8 JSON (damaged or truncated), or
+            JSON that is not an object.
+
+    Example:
+        >>> import tempfile
+        >>> broken = Path(tempfile.mkdtemp()) / "results.json"
+        >>> _ = broken.write_text('{"runs": [')
+        >>> try:
+        ...     read_json(broken, remedy="record it again")
+        ... except ResultsFileError as error:
+        ...     print(str(error).split(":")[0].endswith("results.json is not valid JSON"))
+        True
+
+    See chapter: Real photos on a GPU.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ResultsFileError(f"{path} is a folder, not a results file; pass the file in it.")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; {remedy}")
+    restore = f"restore it (git checkout -- {path}) or {remedy}" if is_shipped(path) else remedy
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ResultsFileError(
+            f"{path} is not valid JSON: {error}. The file is damaged or was cut short; {restore}"
+        ) from error
+    if not isinstance(data, dict):
+        raise ResultsFileError(
+            f"{path} holds a JSON {type(data).__name__}, not the object of a results file; "
+            f"{restore}"
+        )
+    return data
+
+
+def _layout(part: dict, name: str) -> None:
+    """A ladder results file: ``{"runs": [...], "provenance": [...]}``."""
+    runs, provenance = part.get("runs"), part.get("provenance")
+    if (
+        not isinstance(runs, list)
+        or not isinstance(provenance, list)
+        or not provenance
+        or not all(isinstance(entry, dict) for entry in provenance)
+    ):
+        raise ResultsFileError(
+            f"{name} is not a ladder results file (it needs a list of runs and a non-empty list "
+            "of provenance entries); pass a file written by scripts/train_cifar10.py."
+        )
+    for run in runs:
+        if not isinstance(run, dict) or not {"row", "seed", "epochs", "recipe"} <= set(run):
+            raise ResultsFileError(f"{name} holds a run without row, seed, epochs or recipe.")
+
+
+def _sources(found: dict[object, list[str]]) -> str:
+    """``value (file, file); value (file)``: each value with the files it comes from."""
+    return "; ".join(f"{v} ({', '.join(dict.fromkeys(names))})" for v, names in found.items())
+
+
+def check_together(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = False) -> None:
+    """Refuse ladder runs that do not belong in one table, naming what differs and where.
+
+    Runs belong together when every provenance entry names the same data checksum and device,
+    every row has one number of epochs and one recipe, and no (row, seed) pair comes twice (it
+    would count one run as two seeds). Runs not yet trained may be passed too: only ``row``,
+    ``seed``, ``epochs`` and ``recipe`` are read, so a script checks *before* it trains.
+
+    Args:
+        parts: ``(name, {"runs": [...], "provenance": [...]})``, one per file or process.
+        allow_mixed: accept other data, devices, epochs or recipes (never a repeated run).
+
+    Raises:
+        ResultsFileError: a part that is not a ladder results file.
+        ValueError: what does not belong together, with the files it comes from.
+
+    Example:
+        >>> run = {"row": "r", "seed": 0, "epochs": 2, "recipe": {"lr": 1e-3}}
+        >>> part = {"runs": [run], "provenance": [{"device": "cpu", "data": {"sha256": "a"}}]}
+        >>> try:
+        ...     check_together([("a.json", part), ("b.json", part)])
+        ... except ValueError as error:
+        ...     print(str(error).splitlines()[1])
+        - row 'r' seed 0 twice (a.json, b.json)
+
+    See chapter: Real photos on a GPU.
+    """
+    for name, part in parts:
+        _layout(part, name)
+    problems = []
+    seen: dict[tuple[str, int], str] = {}
+    for name, part in parts:
+        for run in part["runs"]:
+            key = (run["row"], run["seed"])
+            if key in seen:
+                problems.append(f"- row {key[0]!r} seed {key[1]} twice ({seen[key]}, {name})")
+            seen.setdefault(key, name)
+    mixed = []
+    for label, value in (
+        ("data checksum", lambda p: str(p.get("data", {}).get("sha256"))[:12]),
+        ("device", lambda p: p.get("device")),
+    ):
+        found: dict[object, list[str]] = {}
+        for name, part in parts:
+            for entry in part["provenance"]:
+                found.setdefault(value(entry), []).append(name)
+        if len(found) > 1:
+            mixed.append(f"- {label}s differ: {_sources(found)}")
+    rows: dict[str, dict[str, list[str]]] = {}
+    for name, part in parts:
+        for run in part["runs"]:
+            how = json.dumps({"epochs": run["epochs"], "recipe": run["recipe"]}, sort_keys=True)
+            rows.setdefault(run["row"], {}).setdefault(how, []).append(name)
+    for row, hows in rows.items():
+        if len(hows) > 1:
+            mixed.append(f"- row {row!r} has {len(hows)} epochs or recipes: {_sources(hows)}")
+    if not allow_mixed:
+        problems += mixed
+    if problems:
+        hint = "" if allow_mixed or not mixed else (
+            "\nIf you mean to put different data, devices or recipes in one table, say so with "
+            "--allow-mixed; the page then shows every provenance."
+        )  # fmt: skip
+        raise ValueError("these runs do not belong together:\n" + "\n".join(problems) + hint)
+
+
+def join(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = False, note: dict) -> dict:
+    """Join ladder result files after :func:`check_together`: all runs, every provenance entry.
+
+    A run written by a recent script names the provenance entry of the process that made it
+    (``"process"``, an index into ``"provenance"``); the indices are shifted to point into the
+    joined list. ``note`` (the command, the date) is appended to the file's ``"joins"``.
+
+    Example:
+        >>> run = {"row": "r", "seed": 0, "epochs": 2, "recipe": {}, "process": 0}
+        >>> part = {"runs": [run], "provenance": [{"device": "cpu", "data": {"sha256": "a"}}]}
+        >>> other = {"runs": [{**run, "seed": 1}], "provenance": part["provenance"]}
+        >>> joined = join([("a", part), ("b", other)], note={"command": "merge"})
+        >>> [r["process"] for r in joined["runs"]], len(joined["provenance"])
+        ([0, 1], 2)
+
+    See chapter: Real photos on a GPU.
+    """
+    check_together(parts, allow_mixed=allow_mixed)
+    joined: dict = {"runs": [], "provenance": [], "joins": []}
+    for _, part in parts:
+        offset = len(joined["provenance"])
+        for run in part["runs"]:
+            moved = dict(run)
+            if isinstance(run.get("process"), int):
+                moved["process"] = run["process"] + offset
+            joined["runs"].append(moved)
+        joined["provenance"] += part["provenance"]
+        joined["joins"] += part.get("joins", [])
+    joined["joins"].append({**note, "allow_mixed": allow_mixed})
+    return joined
