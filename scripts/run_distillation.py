@@ -31,19 +31,18 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy
 import torch
 
+from vitbook import records
 from vitbook.distill_digits import (
     DISTILLATION,
     FRACTION,
@@ -113,43 +112,6 @@ def _provenance(settings: list[str], seeds: list[int], seconds: float, load: lis
     }
 
 
-def check_output(path: Path, write_assets: bool) -> Path:
-    """Refuse a shipped file without --write-assets; prove the folder writable, before training."""
-    path = path.expanduser().resolve()
-    assets = RESULTS_PATH.parent.resolve()
-    if (assets == path.parent or assets in path.parents) and not write_assets:
-        raise SystemExit(
-            f"{path} is a file that ships with vitbook; pass --write-assets to replace it, or "
-            "--out with another path."
-        )
-    if path.is_dir():
-        raise SystemExit(f"--out {path} is a folder; give a file name such as {path}/a.json.")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=True):
-            pass
-    except OSError as err:
-        raise SystemExit(f"cannot write to {path.parent} ({err}); choose another --out.") from err
-    return path
-
-
-def write_json(results: dict, path: Path) -> None:
-    """Write ``results`` next to ``path``, flush it to disk, then move it into place."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; a results file is not
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(json.dumps(results, indent=1) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def run(
     settings: list[str], seeds: list[int], out: Path, teacher_path: Path | None = None
 ) -> None:
@@ -172,13 +134,13 @@ def run(
             results["runs"][label].append(one)
             _log(f"{label:<24} seed {seed}: validation {one['validation_accuracy']:.3f}, "
                  f"test {one['test_accuracy']:.3f}, {one['seconds']:.1f} s")  # fmt: skip
-        write_json(results, out)  # after each setting, so that a long run keeps its progress
+        records.write_json(out, results)  # after each setting: a long run keeps its progress
     results["runs"] = {label: results["runs"][label] for label in SETTINGS if label in settings}
     seconds = time.perf_counter() - start
     results["provenance"] = [
         _provenance(settings, seeds, seconds, [load_start, os.getloadavg()[0]])
     ]
-    write_json(results, out)
+    records.write_json(out, results)
     _log(f"wrote {out} in {seconds:.0f} s")
 
 
@@ -205,7 +167,7 @@ def merge(paths: list[Path], out: Path) -> None:
         merged["provenance"] += part["provenance"]
     merged["runs"] = {label: merged["runs"][label] for label in SETTINGS if label in merged["runs"]}
     merged["merge_command"] = "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
-    write_json(merged, out)
+    records.write_json(out, merged)
     _log(f"wrote {out}: settings {list(merged['runs'])}")
 
 
@@ -245,16 +207,15 @@ def main() -> None:
         out = RESULTS_PATH
     elif args.out is not None:
         out = args.out
-    else:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        out = RUNS / f"distillation-{stamp}.json"
-    out = check_output(out, args.write_assets)
+    else:  # a new file: a default run never replaces an earlier one
+        out = records.new_path(RUNS, "distillation-merged" if args.merge else "distillation")
+    out = records.check_output(out, write_assets=args.write_assets)
     if args.merge:
         merge(args.merge, out)
         return
     teacher_path = None
     if args.write_assets and "CNN teacher" in args.only and 0 in args.seeds:
-        teacher_path = check_output(TEACHER_PATH, write_assets=True)
+        teacher_path = records.check_output(TEACHER_PATH, write_assets=True)
     _log(f"writing {out}")
     run(args.only, args.seeds, out, teacher_path)
 

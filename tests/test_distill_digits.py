@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,8 @@ def test_a_run_repeats_exactly(one_epoch):
 
 
 def test_summary_and_load_results(tmp_path):
+    from vitbook.records import ResultsFileError
+
     results = {"runs": {"a": [{"validation_accuracy": 0.5}, {"validation_accuracy": 0.7}],
                         "b": [{"validation_accuracy": 0.9}]}}  # fmt: skip
     table = summary(results)
@@ -91,22 +95,23 @@ def test_summary_and_load_results(tmp_path):
     with pytest.raises(FileNotFoundError, match="run_distillation.py --write-assets"):
         load_results(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(ValueError, match="is not a JSON results file"):
+    with pytest.raises(ResultsFileError, match="is not valid JSON"):
         load_results(tmp_path / "bad.json")
     (tmp_path / "other.json").write_text(json.dumps({"experiments": {}}))
-    with pytest.raises(ValueError, match="holds no 'runs'"):
+    with pytest.raises(ResultsFileError, match="holds no 'runs' of settings"):
         load_results(tmp_path / "other.json")
 
 
-def test_the_script_never_writes_a_shipped_file_by_default(tmp_path):
+def test_the_script_never_writes_a_shipped_file_by_default(tmp_path, monkeypatch):
+    from vitbook.records import ShippedFileError
+
     run_distillation = script()
-    with pytest.raises(SystemExit, match="ships with vitbook; pass --write-assets"):
-        run_distillation.check_output(RESULTS_PATH, write_assets=False)
-    assert run_distillation.check_output(RESULTS_PATH, write_assets=True) == RESULTS_PATH
-    with pytest.raises(SystemExit, match="is a folder"):
-        run_distillation.check_output(tmp_path, write_assets=False)
-    nested = run_distillation.check_output(tmp_path / "new" / "a.json", write_assets=False)
-    assert nested.parent.is_dir() and list(nested.parent.iterdir()) == []  # probe removed
+    monkeypatch.setattr(sys, "argv", ["run_distillation.py", "--out", str(RESULTS_PATH)])
+    with pytest.raises(ShippedFileError, match="pass --write-assets"):
+        run_distillation.main()
+    monkeypatch.setattr(sys, "argv", ["run_distillation.py", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="is a folder"):
+        run_distillation.main()
 
 
 def test_the_script_records_with_provenance_and_merges_disjoint_parts(tmp_path, one_epoch):
@@ -121,6 +126,9 @@ def test_the_script_records_with_provenance_and_merges_disjoint_parts(tmp_path, 
         assert key in provenance
     assert part["fraction"] == distill_digits.FRACTION and part["recipe"]["epochs"] == 1
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp files
+    umask = os.umask(0)
+    os.umask(umask)
+    assert first.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0o600
     merged = tmp_path / "ab.json"
     run_distillation.merge([first, second], merged)
     joined = load_results(merged)

@@ -62,7 +62,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitbook import _weights
+from vitbook import _weights, records
 from vitbook.analysis import mean_attention_distance
 from vitbook.augment import mixup_cutmix
 from vitbook.baselines import DigitsCNN
@@ -308,9 +308,11 @@ def save_teacher(model: DigitsCNN, path: str | Path, **metadata: str) -> None:
     """
     if not isinstance(model, DigitsCNN):
         raise TypeError(f"model must be a DigitsCNN, got {type(model).__name__}.")
+    from safetensors.torch import save_file
+
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     info = {"channels": json.dumps(list(CNN_CHANNELS)), **metadata}
-    _weights.write_atomically(tensors, Path(path), info)
+    records.write_with(Path(path), lambda temporary: save_file(tensors, str(temporary), info))
 
 
 def load_teacher(path: str | Path = TEACHER_PATH) -> DigitsCNN:
@@ -346,20 +348,12 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
 
     See chapter: Can a ViT beat the CNN that taught it?
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} does not exist; write it with python scripts/run_distillation.py "
-            "--write-assets (or pass the path of another results file)."
+    remedy = "record it with python scripts/run_distillation.py --write-assets."
+    results = records.read_json(path, remedy=remedy)
+    if not isinstance(results.get("runs"), dict):
+        raise records.ResultsFileError(
+            f"{path} holds no 'runs' of settings; it is not a file of this miniature. {remedy}"
         )
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(
-            f"{path} is not a JSON results file ({err}); run the script again."
-        ) from err
-    if not isinstance(results, dict) or "runs" not in results:
-        raise ValueError(f"{path} holds no 'runs'; it is not a file of this miniature.")
     return results
 
 
