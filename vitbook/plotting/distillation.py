@@ -63,19 +63,20 @@ def plot_distillation(
     runs = _runs(results, labels)
     fig = new_figure(COLUMN_WIDTH, 0.42 * len(runs) + 1.0, layout="constrained")
     ax = fig.subplots()
+    low = min(run[metric] for seeds in runs.values() for run in seeds)
+    left = max(0.0, low - 0.12)  # room for the means' labels, left of every dot
     rows = range(len(runs))[::-1]  # the first setting on top
     for row, (label, seeds) in zip(rows, runs.items(), strict=True):
         values = [run[metric] for run in seeds]
         mean = statistics.fmean(values)
-        ax.barh(row, mean, height=0.6, color="C0" if label != reference else "C1", alpha=0.35)
+        ax.barh(row, mean - left, left=left, height=0.6, alpha=0.35,
+                color="C0" if label != reference else "C1")  # fmt: skip
         ax.plot(values, [row] * len(values), "o", color="black", ms=4, alpha=0.7)
-        ax.annotate(f"{mean:.3f}", (mean, row), xytext=(4, -3), textcoords="offset points",
-                    fontsize=8)  # fmt: skip
+        ax.text(left + 0.005, row, f"mean {mean:.3f}", va="center", fontsize=8)
     if reference is not None and reference in runs:
         teacher = statistics.fmean(run[metric] for run in runs[reference])
         ax.axvline(teacher, color="C1", ls="--", lw=1)
-    low = min(run[metric] for seeds in runs.values() for run in seeds)
-    ax.set(yticks=list(rows), yticklabels=list(runs), xlim=(max(0.0, low - 0.05), 1.0),
+    ax.set(yticks=list(rows), yticklabels=list(runs), xlim=(left, 1.0),
            xlabel=metric.replace("_", " ") + " (dots: seeds; bars: mean)", title=title)  # fmt: skip
     return fig
 
