@@ -85,6 +85,12 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
+def quartile_spread(values: list[float]) -> float:
+    """Relative spread that one slow round cannot dominate: interquartile range / median."""
+    low, _, high = statistics.quantiles(values, n=4, method="inclusive")
+    return (high - low) / statistics.median(values)
+
+
 @dataclass(frozen=True)
 class CpuSample:
     """Wall clock, CPU seconds of the whole machine, and of this process and its children."""

@@ -178,10 +178,9 @@ def batch_norm_net() -> nn.Module:
         # AdamW's decay p (1 - lr wd) with lr wd = 1e40 overflows
         ("weight decay that overflows", lambda: nn.Sequential(nn.Flatten(), nn.Linear(16, 3)),
          {"lr": 1e20, "weight_decay": 1e20}, r"update made the weights"),
-        # the failing step's forward pass puts NaN into the BatchNorm's running statistics
-        ("a BatchNorm's statistics", batch_norm_net, {"lr": 1e37}, r"update made the"),
-        ("the same under fp16", batch_norm_net, {"lr": 1e37, "optimizer": "sgd",
-                                                 "precision": "fp16"}, r"update made the"),
+        # huge weights after step 1; step 2's forward pass puts NaN into the running statistics
+        ("a BatchNorm's statistics", batch_norm_net, {"lr": 1e37},
+         r"loss is nan at epoch 1, step 2 of 6; "),
         ("huge inputs", batch_norm_net, {"scale": 1e30}, r"update made the weights or buffers"),
     ],
 )  # fmt: skip
@@ -235,6 +234,26 @@ def test_fp16_skips_a_step_with_a_non_finite_loss_where_fp32_stops(monkeypatch):
     with pytest.raises(ValueError, match=r"the training loss is nan at epoch 2, step 3 of 4"):
         fit(model, data(), epochs=2, batch_size=4, warmup_epochs=0, precision="fp32",
             progress=False)  # fmt: skip
+
+
+def test_fp16_skips_a_forward_pass_that_broke_a_batchnorm_and_undoes_it(monkeypatch):
+    """Huge weights after step 1; every later forward pass gives a NaN loss and NaN running
+    statistics: fp16 skips those steps (fewer than 10 in a row) and puts the statistics back."""
+    model = batch_norm_net()
+    after_update = []
+    original = torch.optim.SGD.step
+
+    def step(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        after_update.append(snapshot(model))
+        return out
+
+    monkeypatch.setattr(torch.optim.SGD, "step", step)
+    history = fit(model, data(), epochs=3, batch_size=4, warmup_epochs=0, lr=1e37,
+                  optimizer="sgd", precision="fp16", progress=False)  # fmt: skip
+    assert len(after_update) == 1  # the scaler skipped the updates of steps 2 to 6
+    assert_bit_identical(model, after_update[0])  # and the copy undid their forward passes
+    assert math.isnan(history.train_loss[1])  # an epoch of skipped steps has no loss to show
 
 
 def test_fp16_gives_up_after_ten_non_finite_losses_in_a_row():
@@ -317,3 +336,11 @@ def test_an_augment_s_or_mix_s_first_output_is_checked(augment, mix, error, matc
     with pytest.raises(error, match=match):
         fit(model, data(), epochs=1, batch_size=8, augment=augment, mix=mix, progress=False)
     assert_bit_identical(model, before)
+
+
+def test_empty_training_or_evaluation_data_are_refused():
+    empty = (torch.zeros(0, 1, 4, 4), torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"train_data has 0 images and 0 labels; .* at least one"):
+        fit(tiny_vit(), empty, epochs=1, progress=False)
+    with pytest.raises(ValueError, match=r"eval_data has 0 images and 0 labels; .* at least one"):
+        fit(tiny_vit(), data(), epochs=1, eval_data=empty, progress=False)

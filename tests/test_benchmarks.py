@@ -176,18 +176,58 @@ def test_threads_table_times_one_and_two_threads(report):
 
 def test_gpu_tables_time_fit_against_a_plain_loop_and_name_the_device(report):
     fit = table(report, "gpu-fit")
-    assert fit.column("loop") == ["fit", "plain loop"]
-    assert positive_finite(fit.column("epoch s (median)"))
-    assert fit.data["ratio"] == pytest.approx(
-        fit.column("epoch s (median)")[0] / fit.column("epoch s (median)")[1])
+    compiled = torch.cuda.is_available()  # the compiled rows run on a GPU only
+    both = ["fit", *["fit, compiled"] * compiled]
+    loops = ["plain loop", *both, *both]
+    assert fit.column("loop") == loops
+    assert fit.column("model") == ["photo ViT"] * (2 + compiled) + ["ResNet-18"] * (1 + compiled)
+    seconds = fit.column("epoch s (median)")
+    assert positive_finite(seconds)
+    assert fit.data["ratio"] == pytest.approx(seconds[1] / seconds[0])
+    assert fit.column("/ plain loop") == pytest.approx([s / seconds[0] for s in seconds])
+    spreads = fit.column("ratio spread")
+    assert spreads[0] is None and all(s >= 0 for s in spreads[1:])
+    assert fit.data["ratio_spread"] == spreads[1] and fit.data["spread_target"] == 0.10
+    assert (fit.data["compiled_ratio"] is None) == (not compiled)
     assert fit.data["device"] == ("CPU" if not torch.cuda.is_available() else fit.data["device"])
     assert fit.data["precision"] in ("fp32", "bf16", "fp16")
+    assert any("Compiled rows" in note or "compile=True" in note for note in fit.notes)
     timm = table(report, "gpu-timm")
     if not timm.rows:  # timm (and torchvision) do not import on the CPU-only test machines
         assert "did not import" in timm.notes[0]
     else:
         assert timm.column("mode") == ["eager", "compiled"]
         assert positive_finite(timm.column("vitbook / timm"))
+
+
+def test_the_gpu_section_needs_only_torch():
+    """A bare GPU machine has torch (and maybe timm), not the book's packages: run.py imports a
+    section only when it runs it (it once stopped at budget.py's import nbformat)."""
+    import subprocess
+
+    blocked = ["nbformat", "nbclient", "yaml", "matplotlib", "PIL", "scipy", "tqdm", "IPython"]
+    probe = (
+        f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None\n"
+        "from benchmarks import run\nrun.section('gpu')\n"
+        "import vitbook.train, vitbook.augment, vitbook.baselines, vitbook.cifar\n"
+        "from benchmarks import gpu\ngpu.photo_vit(quick=True)\ngpu.resnet18()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                            text=True, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    blocked_budget = subprocess.run(
+        [sys.executable, "-c", probe + "from benchmarks import budget\n"], cwd=ROOT,
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert blocked_budget.returncode != 0  # the probe's blocking works: budget needs nbformat
+    assert "import of nbformat halted" in blocked_budget.stderr
+
+
+def test_quartile_spread_ignores_one_slow_round():
+    common = import_benchmarks("common")
+    assert common.quartile_spread([1.0, 1.0, 1.0, 1.0, 5.0]) == 0.0
+    assert common.quartile_spread([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(2 / 3)
+    assert common.spread([1.0, 1.0, 1.0, 1.0, 5.0]) == 4.0
 
 
 def test_plain_loop_of_the_gpu_benchmark_trains_like_fit():

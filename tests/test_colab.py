@@ -81,6 +81,8 @@ def test_no_myst_role_or_directive_survives(generated):
             body = text(cell)
             left += [(page, i, line) for line in body.splitlines() if DIRECTIVE_FENCE.match(line)]
             left += [(page, i, m[0]) for m in TARGET.finditer(body)]
+            # A role's markup anywhere but inside a code span of its own: `{cite}` is text.
+            left += [(page, i, m[0]) for m in re.finditer(r"(?<!`)\{[a-z][\w:]*\}`", body)]
             for line in outside_code(body):
                 left += [(page, i, line) for _ in ROLE.finditer(line)]
                 if re.match(r"^\s*:[\w-]+:", line):  # a directive's option line
@@ -91,11 +93,16 @@ def test_no_myst_role_or_directive_survives(generated):
 
 
 def test_every_code_cell_is_there_in_order_and_the_install_cell_first(generated):
+    commit = colab.source_commit(ROOT)
+    assert commit, "the tests run in a git checkout"
+    url = read_yaml("_config.yml")["repository"]["url"]
     for page, (source, notebook) in generated.items():
         theirs = [text(c) for c in source["cells"] if c["cell_type"] == "code"]
         ours = [text(c) for c in notebook["cells"] if c["cell_type"] == "code"]
-        # A solution only gains its title line.
+        # A solution only gains its title line; the install cell installs the copy's commit.
         ours = [re.sub(r"^#@title Solution\n", "", code) for code in ours]
+        assert f'git+{url}@{commit}"' in ours[0] and f'git+{url}"' in theirs[0], page
+        ours[0] = ours[0].replace(f"@{commit}", "")
         assert ours == theirs, f"{page}: the code cells differ from the source's"
         first = notebook["cells"][0]
         assert first["cell_type"] == "code" and '"google.colab" in sys.modules' in text(first)
@@ -178,6 +185,9 @@ def chapter():
 def test_roles_become_links_and_code_spans_stay_literal(chapter):
     site = chapter.book.site
     bib = f"{site}book/bibliography.html#cite-"
+    assert chapter.markdown("a `call(x,\ny)` {cite}`vaswani2017attention`.\n\n`z`") == (
+        f"a `call(x,\ny)` ([Vaswani et al., 2017]({bib}vaswani2017attention)).\n\n`z`"
+    ), "a code span that wraps onto the next line"
     assert chapter.markdown("As {cite:t}`vaswani2017attention` show") == (
         f"As [Vaswani et al. (2017)]({bib}vaswani2017attention) show"
     )
@@ -368,6 +378,183 @@ def test_the_colab_button_is_pointed_at_the_generated_copy():
     assert context["header_buttons"][0]["buttons"][0]["url"] == "_sources/book/patches.ipynb"
     config = read_yaml("_config.yml")
     assert colab.colab_url(config, "book/patches") == button["url"]
+
+
+# --- written for Colab: every copy, chapters added later included -----------------------------
+
+# What a notebook must not say: it is not a page of the HTML book, nor a "copy of the book" that
+# was built, and a Colab reader needs no button to open Colab.
+HTML_PAGE_WORDING = re.compile(
+    r"\bthis\s+page\b|\bthe\s+page\s+you\s+are\s+reading\b|\bthis\s+copy\s+of\s+the\s+book\b"
+    r"|\bbuilt\s+this\s+page\b|\bwhen\s+the\s+page\s+was\s+built\b|\bhidden\s+on\s+the\s+page\b"
+    r"|\bthe\s+published\s+page\b|rocket\s+button\s+at\s+the\s+top\s+of\s+(?:the|this)\s+page"
+    r"|rocket\s+button\s+at\s+the\s+top\s+of\s+a\s+chapter\)",
+    re.IGNORECASE,
+)
+# A citation as the copies write it, "Author et al., 2021" (the link's text), several with "; ".
+CITATION = re.compile(r"[^()\[\]]+, (?:19|20)\d\d[a-z]?(?:; [^()\[\]]+, (?:19|20)\d\d[a-z]?)*")
+
+
+def nested_citations(markdown: str) -> list[str]:
+    """Citations in parentheses inside other parentheses: "(Section 3 of (X, 2021)" of each."""
+    found = []
+    for paragraph in re.split(r"\n\s*\n", "\n".join(outside_code(markdown))):
+        plain = re.sub(r"\$[^$]*\$", "", paragraph)  # maths
+        plain = re.sub(r"\[([^\]]*)\]\([^)\s]*\)", r"\1", plain)  # a link by its text
+        opened: list[int] = []
+        for i, char in enumerate(plain):
+            if char == "(":
+                opened.append(i)
+            elif char == ")" and opened:
+                start = opened.pop()
+                if opened and CITATION.fullmatch(plain[start + 1 : i]):
+                    found.append(plain[opened[-1] : i + 1])
+    return found
+
+
+def test_gpu_chapters_ask_colab_for_a_t4_and_say_how_to_switch(generated):
+    gpu_pages = []
+    for page, (source, notebook) in generated.items():
+        metadata = notebook["metadata"]
+        head = "\n".join(text(c) for c in notebook["cells"][:3] if c["cell_type"] == "markdown")
+        if colab.runs_on_a_gpu(source):
+            gpu_pages.append(page)
+            assert metadata["accelerator"] == "GPU", page  # Colab's own format
+            assert metadata["colab"]["gpuType"] == "T4", page
+            assert "**Runtime > Change runtime type**" in head and "**T4 GPU**" in head, page
+        else:
+            assert "accelerator" not in metadata and "gpuType" not in metadata["colab"], page
+            assert "Change runtime type" not in head, page
+    assert {"book/photos", "book/finetuning"} <= set(gpu_pages), gpu_pages
+
+
+def test_no_copy_speaks_of_the_html_page_or_its_buttons(generated):
+    found = []
+    for page, (_, notebook) in generated.items():
+        for i, cell in enumerate(notebook["cells"]):
+            if cell["cell_type"] == "markdown":
+                found += [(page, i, m[0]) for m in HTML_PAGE_WORDING.finditer(text(cell))]
+    assert not found, f"(page, cell, words) that read wrong in a notebook: {found}"
+    sources = "".join(text(c) for s, _ in generated.values() for c in s["cells"])
+    assert HTML_PAGE_WORDING.search(sources), "the sources still speak of the page: reworded"
+
+
+def test_no_copy_nests_a_citation_in_parentheses(generated):
+    found = []
+    for page, (_, notebook) in generated.items():
+        for cell in notebook["cells"]:
+            if cell["cell_type"] == "markdown":
+                found += [(page, nested) for nested in nested_citations(text(cell))]
+    assert not found, found
+    assert nested_citations("(Section 3.2 of ([A et al., 2021](u))), (B, 2020)") == [
+        "(Section 3.2 of (A et al., 2021)"
+    ], "the check finds a nested citation, and only that one"
+
+
+def test_copies_install_the_commit_they_were_made_from(tmp_path, monkeypatch):
+    monkeypatch.delenv(colab.COMMIT_VARIABLE, raising=False)
+    head = colab.source_commit(ROOT)
+    assert re.fullmatch(r"[0-9a-f]{40}", head)
+    monkeypatch.setenv(colab.COMMIT_VARIABLE, "0123abc")  # the publish workflow's commit
+    assert colab.source_commit(ROOT) == "0123abc"
+    written = colab.write_all(tmp_path / "out", ROOT)
+    copy = json.loads((tmp_path / "out" / "book" / "notation.ipynb").read_text("utf-8"))
+    assert "vitbook/vitbook@0123abc" in text(copy["cells"][0]), "a copy installs its commit"
+    assert "from commit 0123abc of the book's source" in text(copy["cells"][1])
+    assert len(written) == len(colab.chapters(colab.load_book(ROOT)))
+    monkeypatch.setenv(colab.COMMIT_VARIABLE, "main; rm -rf /")
+    with pytest.raises(ValueError, match=r"VITBOOK_COMMIT=.* is not a commit hash"):
+        colab.source_commit(ROOT)
+    monkeypatch.delenv(colab.COMMIT_VARIABLE)
+    assert colab.source_commit(tmp_path) is None, "outside git: no commit to pin"
+    book = colab.load_book(ROOT)  # commit None: the install cell installs the default branch
+    unpinned = colab.convert_notebook(book, "book/notation")
+    assert text(unpinned["cells"][0]).endswith('git+https://github.com/vitbook/vitbook"')
+    assert "generated from the book's source" in text(unpinned["cells"][1])
+    book.commit = "0123abc"
+    with pytest.raises(colab.ConversionError, match=r"installs git\+\S+ 0 times"):
+        colab.pin_install('%pip install -q "vitbook"', book)
+
+
+def test_the_publish_workflow_passes_the_commit_it_builds():
+    workflow = read_yaml(".github/workflows/publish.yml")
+    steps = {step.get("run"): step for step in workflow["jobs"]["build"]["steps"]}
+    for command in ("python3 tasks.py book", "python3 tasks.py colab"):
+        assert steps[command]["env"][colab.COMMIT_VARIABLE] == "${{ github.sha }}", command
+
+
+def test_citations_inside_parentheses_keep_one_pair(chapter):
+    bib = f"{chapter.book.site}book/bibliography.html#cite-dosovitskiy2021vit"
+    assert chapter.markdown("(Section 3.2 of\n{cite}`dosovitskiy2021vit`), then") == (
+        f"(Section 3.2 of\n[Dosovitskiy et al., 2021]({bib})), then"
+    ), "the parenthesis opened on the line before counts"
+    assert chapter.markdown("as shown {cite:p}`dosovitskiy2021vit`.") == (
+        f"as shown ([Dosovitskiy et al., 2021]({bib}))."
+    )
+    assert chapter.markdown("(a)\n\n{cite}`dosovitskiy2021vit`") == (
+        f"(a)\n\n([Dosovitskiy et al., 2021]({bib}))"
+    ), "a closed parenthesis, a new paragraph"
+    assert chapter.markdown("(see {cite:alp}`dosovitskiy2021vit`)") == (
+        f"(see [Dosovitskiy et al., 2021]({bib}))"
+    )
+
+
+def test_only_blocks_and_reworded_sentences(chapter):
+    source = (
+        "Open it.\n\n:::{only} html\nThe rocket button.\n:::\n\n:::{only} notebook\n"
+        "You are in a notebook.\n:::\n\nOn the machine that built\nthis page, so."
+    )
+    assert chapter.markdown(source) == (
+        "Open it.\n\n\nYou are in a notebook.\n\nOn the machine that ran this notebook, so."
+    )
+    with pytest.raises(colab.ConversionError, match=r"\{only\} latex"):
+        chapter.markdown(":::{only} latex\nx\n:::")
+    assert colab.reword("set by this page's budget") == "set by this chapter's budget"
+
+
+def test_the_download_button_serves_the_plain_copy(tmp_path):
+    context = {
+        "page_source_suffix": ".ipynb",
+        "pathto": lambda name, resource: f"../{name}",
+        "header_buttons": [
+            {"label": "download-buttons", "buttons": [
+                {"label": "download-source-button", "url": "../_sources/book/patches.ipynb"},
+                {"label": "download-pdf-button", "javascript": "window.print()"},
+            ]},
+        ],
+    }  # fmt: skip
+    colab.download_the_copy(None, "book/patches", "page.html", context, None)
+    buttons = context["header_buttons"][0]["buttons"]
+    assert buttons[0]["url"] == "../_notebooks/book/patches.ipynb"
+    assert "url" not in buttons[1]
+    page = {**context, "page_source_suffix": ".md", "header_buttons": []}
+    colab.download_the_copy(None, "book/intro", "page.html", page, None)  # no copy: untouched
+    app = SimpleNamespace(outdir=str(tmp_path), srcdir=str(ROOT),
+                          builder=SimpleNamespace(format="html"))  # fmt: skip
+    colab.write_copies_into_the_book(app, None)
+    served = json.loads((tmp_path / "_notebooks" / "book" / "patches.ipynb").read_text("utf-8"))
+    assert served == colab.convert_notebook(load_with_commit(), "book/patches")
+
+
+def load_with_commit() -> colab.Book:
+    book = colab.load_book(ROOT)
+    book.commit = colab.source_commit(ROOT)
+    return book
+
+
+@pytest.mark.book
+@pytest.mark.xdist_group("book")
+def test_the_built_books_download_buttons_serve_the_copies(built_book):
+    book = load_with_commit()
+    for page in colab.chapters(book):
+        html = (built_book / f"{page}.html").read_text(encoding="utf-8")
+        href = re.search(r'<a href="([^"]+)"[^>]*\s+class="[^"]*btn-download-source-button', html)
+        assert href, f"{page}: no download button"
+        served = (built_book / page).parent / href[1]
+        assert served.resolve() == (built_book / "_notebooks" / f"{page}.ipynb").resolve()
+        copy = json.loads(served.read_text(encoding="utf-8"))
+        assert copy["cells"] == colab.convert_notebook(book, page)["cells"], page
+        assert "{cite}`" not in served.read_text(encoding="utf-8")
 
 
 # --- a generated chapter runs --------------------------------------------------------------------

@@ -385,6 +385,10 @@ def test_training_accuracy_of_two_heads_counts_their_mean():
                   criterion=lambda outputs, targets, images: 0 * outputs[0].sum(),
                   progress=False)  # fmt: skip
     assert history.train_accuracy == [pytest.approx(accuracy["mean"])]
+    # in eval mode the model returns the mean itself; a tuple would be averaged the same way
+    assert evaluate(model, (images, labels)) == pytest.approx(accuracy["mean"])
+    model.eval = lambda: model.train()  # a model that returns its tuple in eval mode too
+    assert evaluate(model, (images, labels)) == pytest.approx(accuracy["mean"])
 
 
 def test_tuple_outputs_need_a_criterion_and_a_criterion_owns_its_loss():

@@ -190,6 +190,17 @@ def test_change_resolution_interpolates_positions_and_copies_every_other_weight(
         assert torch.equal(same(images), model(images))
 
 
+def test_change_resolution_keeps_each_parameter_frozen_or_trainable():
+    model = small_vit()
+    model.requires_grad_(False)
+    model.head.requires_grad_(True)  # a linear probe
+    model.pos_embed.requires_grad_(True)
+    bigger = change_resolution(model, (20, 12))
+    trainable = {name for name, p in bigger.named_parameters() if p.requires_grad}
+    assert trainable == {"head.weight", "head.bias", "pos_embed"}
+    assert all(p.requires_grad for p in change_resolution(small_vit(), 16).parameters())
+
+
 def test_change_resolution_of_fixed_positions_makes_the_new_table():
     model = small_vit(pos_embed="sincos2d")
     bigger = change_resolution(model, 16)

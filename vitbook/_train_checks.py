@@ -131,12 +131,12 @@ def weights(model: nn.Module, params: list[nn.Parameter]) -> None:
             "unfreeze at least the head (model.head.requires_grad_(True))."
         )
     floating = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
-    if not bool(torch.nn.utils.get_total_norm(floating).isfinite()):
+    if not bool(torch.nn.utils.get_total_norm(floating, norm_type="inf").isfinite()):
         bad = [name for name, t in (*model.named_parameters(), *model.named_buffers())
                if t.is_floating_point() and not bool(t.isfinite().all())]  # fmt: skip
         raise ValueError(
-            f"the model's {', '.join(bad[:5]) or 'weights'} hold NaN or inf (or values too large "
-            "for their norm) before training; load finite weights or build the model again."
+            f"the model's {', '.join(bad[:5])} hold NaN or inf before training; load finite "
+            "weights or build the model again."
         )
 
 

@@ -7,7 +7,8 @@ tensors, ``(images (B, C, H, W), labels (B,))``; ``fit`` moves them to the model
 CUDA), the model never moves them itself. On a GPU ``fit`` trains in mixed precision, keeps the
 data on the GPU when they fit, augments there, and waits for the GPU once per step.
 :mod:`vitbook.optim` builds the optimizer and the schedule, :mod:`vitbook.train_step` runs one
-step, and ``vitbook._train_checks`` checks what comes in.
+step, ``vitbook._train_checks`` checks what comes in, and :mod:`vitbook.evaluation` holds
+``evaluate``, ``predict`` and ``resolve_precision`` (imported here).
 
 A ``tqdm.auto`` progress bar shows the epochs (a widget in Jupyter, text elsewhere). Turn it off
 with ``progress=False``, or for every call by setting the environment variable
@@ -29,8 +30,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitbook import _checks, _train_checks
+from vitbook.evaluation import (
+    Evaluator,
+    _device,
+    _model,
+    _num_classes,
+    evaluate,
+    predict,
+    resolve_precision,
+)
 from vitbook.optim import lr_factor, make_optimizer, param_groups
-from vitbook.train_step import TrainStep, autocast
+from vitbook.train_step import TrainStep
 
 __all__ = ["History", "evaluate", "fit", "predict", "random_shift", "resolve_precision"]
 
@@ -38,7 +48,6 @@ Data = tuple[torch.Tensor, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Mix = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 Criterion = Callable[[object, torch.Tensor, torch.Tensor], torch.Tensor]
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 @dataclass
@@ -46,7 +55,9 @@ class History:
     """What ``fit`` measured, one entry per epoch.
 
     Fields:
-        train_loss: mean cross-entropy over the epoch's batches (with label smoothing, if any).
+        train_loss: mean cross-entropy over the epoch's batches (with label smoothing, if any),
+            or the criterion's loss; in fp16, steps the gradient scaler skipped for a
+            non-finite loss are left out.
         train_accuracy: fraction of training images classified right during the epoch (with
             augmentation and dropout on, so usually below the accuracy of the final model).
         eval_accuracy: accuracy on ``eval_data`` after the epoch; empty without ``eval_data``.
@@ -74,33 +85,6 @@ class History:
     @property
     def total_seconds(self) -> float:
         return float(sum(self.seconds))
-
-
-def _num_classes(model: nn.Module) -> int | None:
-    """n_cls from a vitbook model's config, or None for another module (read from its logits)."""
-    num_classes = getattr(getattr(model, "config", None), "num_classes", None)
-    if num_classes == 0:
-        raise ValueError(
-            "the model has num_classes=0, so no classification head; build it with "
-            "num_classes=n_cls to train or evaluate a classifier."
-        )
-    return num_classes if isinstance(num_classes, int) else None
-
-
-def _model(model: object) -> nn.Module:
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"model must be a torch.nn.Module mapping images to logits, got {type(model).__name__}."
-        )
-    return model
-
-
-def _device(model: nn.Module, device: str | torch.device | None) -> torch.device:
-    _model(model)
-    if device is not None:
-        return _checks.device("device", device)
-    parameter = next(model.parameters(), None)
-    return parameter.device if parameter is not None else torch.device("cpu")
 
 
 def _progress_enabled(progress: bool) -> bool:
@@ -144,29 +128,6 @@ def random_shift(max_shift: int = 1) -> Augment:
         ]
 
     return augment
-
-
-def resolve_precision(precision: str, device: str | torch.device) -> str:
-    """The precision ``fit`` trains in: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
-
-    ``"auto"`` picks bf16 on a GPU that computes it natively (compute capability 8.0 or higher:
-    A100, H100, RTX 30xx and later), fp16 with a gradient scaler on older GPUs (a T4, Colab's free
-    GPU, has fast fp16 and no fast bf16) and fp32 elsewhere, the CPU included. Asking for
-    ``"bf16"`` or ``"fp16"`` explicitly works on the CPU too (slowly: for tests and curiosity).
-
-    Example:
-        >>> resolve_precision("auto", "cpu"), resolve_precision("bf16", "cpu")
-        ('fp32', 'bf16')
-
-    See chapter: Real photos on a GPU.
-    """
-    _checks.choice("precision", precision, PRECISIONS)
-    device = _checks.device("device", device)
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
-    return "fp32"
 
 
 def _fits_on(device: torch.device, *tensors: torch.Tensor) -> bool:
@@ -270,7 +231,8 @@ def fit(
             ViT paper); ``None`` for no clipping.
         accumulate: micro-batches per optimizer step (gradient accumulation): each step adds up
             the gradients of ``accumulate`` micro-batches of about ``batch_size / accumulate``
-            images, weighted so that the sum is the gradient of the whole batch; memory is that
+            images, weighted so that the sum is the gradient of the whole batch (a BatchNorm
+            still normalises each micro-batch by its own statistics); activation memory is that
             of one micro-batch. The ViT authors' batch of 512 is 8 micro-batches of 64.
         weight_decay_rule: ``"all"`` decays every trained parameter; ``"timm"`` spares biases,
             norms, position embeddings and tokens, as timm and DeiT do (see
@@ -360,7 +322,7 @@ def fit(
         criterion=criterion, label_smoothing=label_smoothing, accumulate=accumulate,
         clip_grad_norm=clip_grad_norm, lr=lr, rank=rank, world=world, compile=compile,
     )  # fmt: skip
-    evaluator = _Evaluator(model, eval_data, max(256, batch_size), device, precision)
+    evaluator = Evaluator(model, eval_data, max(256, batch_size), device, precision)
     history = History(precision=precision)
     bar = None
     if _progress_enabled(progress) and rank == 0:
@@ -418,109 +380,3 @@ def _order(
     return order[: math.ceil(n / repeats)].repeat_interleave(repeats)[:n]  # (n,)
 
 
-class _Evaluator:
-    """Accuracy on ``eval_data`` after each epoch; its labels are checked at the first call,
-    against the logits' width (the model's number of classes, with or without a config)."""
-
-    def __init__(self, model, data, batch_size, device, precision) -> None:
-        self.model, self.data, self.batch_size = model, data, batch_size
-        self.device, self.precision, self.checked = device, precision, False
-
-    def __call__(self) -> float:
-        images, labels = self.data
-        probabilities = _probabilities(
-            self.model, images, self.batch_size, self.device, self.precision
-        )  # (B, n_cls)
-        if not self.checked:
-            _checks.labels("eval_data labels", labels, probabilities.shape[1])
-            self.checked = True
-        predicted = probabilities.argmax(dim=1)
-        return (predicted == labels.to(self.device)).float().mean().item()
-
-
-@torch.no_grad()
-def predict(
-    model: nn.Module,
-    images: torch.Tensor,
-    *,
-    batch_size: int = 256,
-    device: str | torch.device | None = None,
-    precision: str = "fp32",
-) -> torch.Tensor:
-    """Class probabilities of ``images`` (B, C, H, W): (B, n_cls) on the CPU, model in eval mode.
-
-    The model is switched to eval mode (dropout off) and stays there. ``precision`` as in
-    :func:`fit` (``"auto"`` for mixed precision on a GPU); the probabilities are float32.
-
-    Raises:
-        TypeError / ValueError: images that are not a floating-point tensor or hold NaN or inf,
-            ``batch_size`` not a positive int, an unknown device or precision.
-
-    Example:
-        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
-        >>> probabilities = predict(model, torch.zeros(5, 1, 2, 2))
-        >>> probabilities.shape, torch.allclose(probabilities.sum(dim=1), torch.ones(5))
-        (torch.Size([5, 3]), True)
-
-    See chapter: Training and classification.
-    """
-    if not isinstance(images, torch.Tensor) or not torch.is_floating_point(images):
-        raise TypeError(
-            "images must be a floating-point tensor (B, C, H, W), got "
-            f"{getattr(images, 'dtype', type(images).__name__)}; convert with .float()."
-        )
-    _checks.finite("images", images)
-    _checks.integer("batch_size", batch_size, minimum=1, fix="use e.g. batch_size=256")
-    device = _device(model, device)
-    precision = resolve_precision(precision, device)
-    return _probabilities(model, images, batch_size, device, precision).cpu()
-
-
-def _probabilities(
-    model: nn.Module, images: torch.Tensor, batch_size: int, device: torch.device, precision: str
-) -> torch.Tensor:
-    """(B, n_cls) float32 probabilities on ``device``, unchecked: the callers check."""
-    model.eval()
-    chunks = []
-    with torch.no_grad(), autocast(device, precision):
-        for chunk in images.split(batch_size):
-            logits = model(chunk.to(device))  # (b, n_cls)
-            chunks.append((logits if precision == "fp32" else logits.float()).softmax(dim=1))
-    return torch.cat(chunks)  # (B, n_cls)
-
-
-def evaluate(
-    model: nn.Module,
-    data: Data,
-    *,
-    batch_size: int = 256,
-    device: str | torch.device | None = None,
-    precision: str = "fp32",
-) -> float:
-    """Accuracy of ``model`` on ``data = (images (B, C, H, W), labels (B,))``, in [0, 1].
-
-    A prediction is the class of the largest logit; the model is left in eval mode.
-    ``precision`` as in :func:`predict`.
-
-    Raises:
-        TypeError / ValueError: as :func:`predict`, and labels that are not a (B,) int64 tensor
-            of class indices ``0 .. n_cls-1`` (n_cls from the model's config or its logits).
-
-    Example:
-        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(1, 2))
-        >>> with torch.no_grad():
-        ...     _ = model[1].weight.copy_(torch.tensor([[-1.0], [1.0]]))
-        ...     _ = model[1].bias.zero_()
-        >>> images = torch.tensor([-2.0, -1.0, 1.0, 2.0]).reshape(4, 1, 1, 1)
-        >>> evaluate(model, (images, torch.tensor([0, 0, 1, 0])))
-        0.75
-
-    See chapter: Training and classification.
-    """
-    images, labels = _checks.labelled_data("data", data, _num_classes(_model(model)))
-    probabilities = predict(
-        model, images, batch_size=batch_size, device=device, precision=precision
-    )  # (B, n_cls)
-    _checks.labels("data labels", labels, probabilities.shape[1])
-    predicted = probabilities.argmax(dim=1)
-    return (predicted == labels).float().mean().item()

@@ -278,7 +278,7 @@ def change_resolution(
     are interpolated in 2D from the old grid to the new one by
     :func:`vitbook.resample_pos_embed` (the class token's row is kept). A fixed sine-cosine
     table is simply made for the new grid. The copy is on the same device, in the same dtype
-    and mode; the original is not changed.
+    and mode, with the same parameters frozen (``requires_grad``); the original is not changed.
 
     Args:
         model: the model to copy.
@@ -323,4 +323,7 @@ def change_resolution(
             old_grid_size=cfg.grid_size, mode=mode,
         )  # (1, N, D) -> (1, N', D)  # fmt: skip
     copy.load_state_dict(state)
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    for name, parameter in copy.named_parameters():  # a frozen tensor stays frozen
+        parameter.requires_grad_(name not in frozen)
     return copy.train(model.training)

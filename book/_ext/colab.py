@@ -16,7 +16,16 @@ show it as raw text. This module writes a plain copy of every chapter listed in 
 - a figure caption (cell metadata ``mystnb.figure.caption``) becomes a Markdown cell after the
   figure's cell, "**Fig. 3.2:** caption", numbered as in the HTML book;
 - every code cell is kept, in order: hidden set-up cells stay runnable and the Colab install cell
-  stays first.
+  stays first; it installs the commit the copy was made from (:func:`source_commit`);
+- a citation inside parentheses loses its own ("(Section 3.2 of Dosovitskiy et al., 2021)"),
+  as ``{cite:alp}`` writes it in the HTML book;
+- ``{only}`` blocks: ``html`` ones are left out, ``notebook`` ones kept (Sphinx shows only the
+  former), so that a sentence about the HTML page can have a notebook counterpart;
+- sentences about the HTML page that the chapters do not word for both (:data:`REWORDED`) are
+  reworded for a notebook;
+- a chapter that runs on a GPU (its code calls ``detect_runtime()`` or
+  ``torch.cuda.is_available()``) asks Colab for a T4 in its metadata (``accelerator: GPU``,
+  ``colab.gpuType: T4``) and says under its title how to switch the runtime.
 
 Anything MyST that it does not know how to write in plain Markdown stops the conversion with an
 error naming the chapter, so no raw markup reaches a reader.
@@ -31,15 +40,19 @@ chapter share its number, and figures count up within each chapter (``numfig_sec
 
 writes ``OUT/book/<chapter>.ipynb``. The publish workflow pushes that folder to the branch
 ``colab_branch`` of ``_config.yml`` (``sphinx.config``), and as a Sphinx extension this module
-points the Colab launch button of every page at that branch's copy. The published site's URL, the
-one place where it is derived, is :func:`site_url`.
+points the Colab launch button of every page at that branch's copy, writes the same copies into
+the HTML book (``_notebooks/``) and points each page's ".ipynb" download button at its copy
+instead of the MyST source. The published site's URL, the one place where it is derived, is
+:func:`site_url`.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +63,56 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "_build" / "colab"
 COLAB = "https://colab.research.google.com"
 DEFAULT_COLAB_BRANCH = "colab"
+NOTEBOOKS_DIR = "_notebooks"  # in the HTML book: the copies that the download buttons serve
+COMMIT_VARIABLE = "VITBOOK_COMMIT"  # the commit the copies are made from (the publish workflow)
+COMMIT = re.compile(r"[0-9a-f]{7,40}")
+# A chapter that runs on a GPU where there is one; its copy asks Colab for a T4.
+GPU_CODE = re.compile(r"\bdetect_runtime\(|\btorch\.cuda\.is_available\(")
+GPU_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4"}}
+GPU_NOTE = (
+    "> **Run it on a GPU.** This chapter trains on photos, which takes a GPU. This copy asks "
+    "Colab for one when it opens; if the runtime has none, choose **Runtime > Change runtime "
+    "type**, pick **T4 GPU**, **Save**, then **Runtime > Run all**. Without a GPU the chapter "
+    "runs the same code on a small stand-in, and says so under the cell that chooses."
+)
+# Sentences of chapters that speak of the HTML page, and how a notebook says them. Chapters
+# word new text for both (or put the HTML wording in an ``{only} html`` block); the tests
+# refuse these phrases in a copy (tests/test_colab.py).
+REWORDED = (
+    (
+        "the numbers on this page are those of the machine that built it",
+        "the numbers in this notebook are those of the machine that ran it",
+    ),
+    ("the machine that built this page", "the machine that ran this notebook"),
+    ("this page's", "this chapter's"),
+    ("so that this page stays under 5 MB", "so that its page in the HTML book stays under 5 MB"),
+    ("This page, which shows every explorer", "This appendix, which shows every explorer"),
+    ("here in the HTML pages, with no Python", "in the HTML pages, with no Python"),
+    (
+        "(the rocket button at the top of a chapter)",
+        "(the rocket button at the top of each chapter of the HTML book opens it)",
+    ),
+    (
+        "Every figure so far was drawn when the page was built.",
+        "Every figure so far was drawn by Python when its cell ran.",
+    ),
+    ("(hidden on the page; click to show it)", "(a collapsed cell; click it to show the code)"),
+    (
+        "The published page runs the solutions, so every check on it has passed.",
+        "The HTML book runs the solutions, so every check there has passed.",
+    ),
+    (
+        "(The page holds a picture for every choice;",
+        "(The HTML book holds a picture for every choice;",
+    ),
+    ("says which one built the page you are reading", "says which one this notebook runs in"),
+    ("the data this page was built with", "the data this notebook ran with"),
+    ("the model this page trained", "the model this notebook trained"),
+    ("the live figures of this page show", "the live figures of this notebook show"),
+    ("recorded number on this page", "recorded number in this notebook"),
+    ("Times on this page come", "Times in this notebook come"),
+    ("This page fixes one name", "This chapter fixes one name"),
+)
 
 ADMONITIONS = {
     "admonition": None,  # the title is the directive's argument
@@ -66,8 +129,8 @@ ADMONITIONS = {
 }
 # `{name}` followed by a code span is a role; a code span alone is literal code, left as it is.
 ROLE_OR_CODE = re.compile(
-    r"(?:\{(?P<role>[a-zA-Z][\w:+-]*)\})?(?P<ticks>`+)(?P<body>.+?)(?P=ticks)"
-)
+    r"(?:\{(?P<role>[a-zA-Z][\w:+-]*)\})?(?P<ticks>`+)(?P<body>.+?)(?P=ticks)", re.S
+)  # re.S: a code span may wrap onto the next line of its paragraph
 FENCE_OPEN = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,}|:{3,})\s*(?P<info>.*)$")
 DIRECTIVE = re.compile(r"^\{(?P<name>[\w:-]+)\}\s*(?P<argument>.*)$")
 TARGET = re.compile(r"^\s*\((?P<label>[^()\s]+)\)=\s*$")
@@ -75,8 +138,22 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.S)
 
 
+CITE_ROLES = (
+    "cite", "cite:p", "cite:ps", "cite:t", "cite:ts", "cite:alp", "cite:alps", "cite:author",
+    "cite:year",
+)  # fmt: skip
+
+
 class ConversionError(ValueError):
     """MyST that has no plain-Markdown form here; the message names the chapter and the markup."""
+
+
+def reword(markdown: str) -> str:
+    """``markdown`` with the sentences of :data:`REWORDED` said as a notebook says them."""
+    for html_wording, notebook_wording in REWORDED:
+        pattern = r"\s+".join(re.escape(word) for word in html_wording.split())
+        markdown = re.sub(pattern, notebook_wording.replace("\\", r"\\"), markdown)
+    return markdown
 
 
 # --- configuration: the one place that derives published URLs ---------------------------------
@@ -214,6 +291,7 @@ class Book:
     citations: dict[str, tuple[str, str]] = field(default_factory=dict)  # key: (authors, year)
     # Where each page's figure numbers start: (its chapter or None, figures before it there).
     figures_before: dict[str, tuple[int | None, int]] = field(default_factory=dict)
+    commit: str | None = None  # what the install cells install (source_commit); None: the branch
 
     def figure_number(self, page: str, nth: int) -> str:
         """The number of the ``nth`` (1, 2, ...) captioned figure of ``page``: "3.2", or "5"."""
@@ -379,11 +457,11 @@ class Chapter:
             raise self.fail(f"{{doc}} to {target!r}, a page not in _toc.yml,")
         return page
 
-    def role(self, name: str, body: str) -> str:
+    def role(self, name: str, body: str, *, in_parentheses: bool = False) -> str:
         explicit = EXPLICIT.match(body)
         text, target = (explicit["text"], explicit["target"]) if explicit else (None, body)
-        if name in ("cite", "cite:p", "cite:ps", "cite:t", "cite:ts", "cite:author", "cite:year"):
-            return self.cite(name, body)
+        if name in CITE_ROLES:
+            return self.cite(name, body, in_parentheses=in_parentheses)
         if name == "doc":
             page = self.doc(target)
             return f"[{text or self.book.titles[page]}]({self.book.page_url(page)})"
@@ -408,7 +486,8 @@ class Chapter:
             return f"<kbd>{body}</kbd>"
         raise self.fail(f"the role {{{name}}}`{body}`")
 
-    def cite(self, name: str, body: str) -> str:
+    def cite(self, name: str, body: str, *, in_parentheses: bool = False) -> str:
+        """A citation as text: ``cite:p`` in parentheses, unless it already stands in some."""
         keys = [key.strip() for key in body.split(",") if key.strip()]
         unknown = [key for key in keys if key not in self.book.citations]
         if unknown:
@@ -421,24 +500,39 @@ class Chapter:
         if name == "cite:year":
             return ", ".join(f"[{year}]({url})" for _, year, url in entries)
         cited = "; ".join(f"[{authors}, {year}]({url})" for authors, year, url in entries)
+        if in_parentheses or name in ("cite:alp", "cite:alps"):
+            return cited  # "(Section 3.2 of Dosovitskiy et al., 2021)", not "(... of (...))"
         return f"({cited})"
 
-    def inline(self, line: str) -> str:
-        """Roles of one line of prose written out; code spans left exactly as they are."""
+    def inline(self, line: str, depth: int = 0) -> tuple[str, int]:
+        """Roles of one line of prose written out; code spans left exactly as they are.
 
-        def replace(match: re.Match) -> str:
+        ``depth`` is the number of parentheses that the paragraph's earlier lines left open; a
+        citation inside parentheses is written without its own. Returns the line and the depth
+        at its end.
+        """
+        out, last = [], 0
+        for match in ROLE_OR_CODE.finditer(line):
+            text = line[last : match.start()]
+            depth = max(0, depth + text.count("(") - text.count(")"))
+            out.append(text)
             if match["role"] is None:
-                return match[0]
-            return self.role(match["role"], match["body"].strip())
-
-        return ROLE_OR_CODE.sub(replace, line)
+                out.append(match[0])
+            else:
+                body = match["body"].strip()
+                out.append(self.role(match["role"], body, in_parentheses=depth > 0))
+            last = match.end()
+        rest = line[last:]
+        out.append(rest)
+        return "".join(out), max(0, depth + rest.count("(") - rest.count(")"))
 
     def markdown(self, text: str) -> str:
-        return "\n".join(self.lines(text.splitlines())).strip("\n")
+        return "\n".join(self.lines(reword(text).splitlines())).strip("\n")
 
     def lines(self, lines: list[str]) -> list[str]:
         out: list[str] = []
         i = 0
+        depth = 0  # parentheses open in the current paragraph
         while i < len(lines):
             line = lines[i]
             opening = FENCE_OPEN.match(line)
@@ -446,9 +540,16 @@ class Chapter:
                 i += 1
                 continue
             if not opening:
-                out.append(self.inline(line))
-                i += 1
+                if not line.strip() or HEADING.match(line):
+                    depth = 0
+                end = i + 1  # a code span left open goes on in the paragraph's next lines
+                while line.count("`") % 2 and end < len(lines) and lines[end].strip():
+                    line, end = f"{line}\n{lines[end]}", end + 1
+                converted, depth = self.inline(line, depth)
+                out.extend(converted.split("\n"))
+                i = end
                 continue
+            depth = 0
             fence, indent = opening["fence"], opening["indent"]
             end = i + 1
             closing = re.compile(rf"^\s*{re.escape(fence[0])}{{{len(fence)},}}\s*$")
@@ -492,9 +593,13 @@ class Chapter:
                 inner.pop()
             while inner and not inner[0].strip():
                 inner.pop(0)
-            quoted = [f"> **{self.inline(title)}**", ">"]
+            quoted = [f"> **{self.inline(title)[0]}**", ">"]
             quoted += [f"> {text}" if text.strip() else ">" for text in inner]
             return quoted
+        if name == "only":  # Sphinx's: the HTML book shows `html` blocks and never `notebook` ones
+            if argument not in ("html", "notebook"):
+                raise self.fail(f"{{only}} {argument} (only `html` and `notebook` are known)")
+            return self.lines(body) if argument == "notebook" else []
         if name == "math":
             return ["$$", *body, "$$"]
         if name in ("code", "code-block", "sourcecode"):
@@ -552,17 +657,77 @@ def convert_notebook(book: Book, page: str, notebook: dict | None = None) -> dic
             if "id" in cell:
                 figure_cell["id"] = f"{cell['id']}-caption"[:64]
             cells.append(figure_cell)
+    install = next((c for c in cells if c["cell_type"] == "code"), None)
+    if install is not None and book.commit:
+        install["source"] = pin_install(install["source"], book)
+    gpu = runs_on_a_gpu(notebook)
     first_markdown = next((c for c in cells if c["cell_type"] == "markdown"), None)
     if first_markdown is not None:  # under the title: where this copy comes from
         title, _, rest = first_markdown["source"].partition("\n")
+        made_from = f"commit {book.commit[:12]} of " if book.commit else ""
         origin = (
             f"*The Colab copy of a chapter of [{book.config['title']}]({book.page_url(page)}), "
-            "generated from the book's source.*"
+            f"generated from {made_from}the book's source.*"
         )
-        first_markdown["source"] = f"{title}\n\n{origin}\n{rest}".rstrip("\n")
+        head = f"{title}\n\n{origin}\n\n{GPU_NOTE}" if gpu else f"{title}\n\n{origin}"
+        first_markdown["source"] = f"{head}\n{rest}".rstrip("\n")
     notebook["cells"] = cells
-    notebook.setdefault("metadata", {})["colab"] = {"name": f"{Path(page).name}.ipynb"}
+    metadata = notebook.setdefault("metadata", {})
+    metadata["colab"] = {"name": f"{Path(page).name}.ipynb", "provenance": []}
+    metadata.pop("accelerator", None)
+    if gpu:  # Colab opens the copy with a T4 runtime
+        metadata["accelerator"] = GPU_METADATA["accelerator"]
+        metadata["colab"].update(GPU_METADATA["colab"])
     return notebook
+
+
+def runs_on_a_gpu(notebook: dict) -> bool:
+    """Whether a chapter's code asks for a GPU (``detect_runtime()``, ``torch.cuda...``)."""
+    return any(
+        GPU_CODE.search(_source(cell)) for cell in notebook["cells"] if cell["cell_type"] == "code"
+    )
+
+
+def pin_install(source: str, book: Book) -> str:
+    """The install cell's ``git+<repository>`` pinned to ``git+<repository>@<commit>``."""
+    url = book.config["repository"]["url"].rstrip("/")
+    pattern = re.compile(rf"(git\+{re.escape(url)})(?:@[\w./-]+)?(?=[\"'\s])")
+    pinned, count = pattern.subn(rf"\g<1>@{book.commit}", source)
+    if count != 1:
+        raise ConversionError(
+            f"the first code cell installs git+{url} {count} times, not once; it should be the "
+            "Colab install cell of book/notation.ipynb"
+        )
+    return pinned
+
+
+def source_commit(root: Path = ROOT) -> str | None:
+    """The commit that the copies are made from, which their install cells install.
+
+    ``$VITBOOK_COMMIT`` when set (the publish workflow passes the commit it builds), else the
+    commit checked out in ``root`` (``git rev-parse HEAD``), else ``None``: outside git the
+    install cell keeps installing the repository's default branch.
+
+    Raises:
+        ValueError: ``VITBOOK_COMMIT`` that is not a commit hash (7 to 40 hex digits).
+    """
+    given = os.environ.get(COMMIT_VARIABLE, "").strip()
+    if given:
+        if not COMMIT.fullmatch(given):
+            raise ValueError(
+                f"{COMMIT_VARIABLE}={given!r} is not a commit hash (7 to 40 hex digits); set "
+                f"it to e.g. $(git rev-parse HEAD), or unset it to use the checked-out commit."
+            )
+        return given
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True, text=True, check=False, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):  # no git
+        return None
+    head = result.stdout.strip()
+    return head if result.returncode == 0 and COMMIT.fullmatch(head) else None
 
 
 def chapters(book: Book) -> list[str]:
@@ -570,9 +735,15 @@ def chapters(book: Book) -> list[str]:
     return [page for page in book.pages if (book.root / f"{page}.ipynb").exists()]
 
 
-def write_all(out: Path = DEFAULT_OUT, root: Path = ROOT) -> list[Path]:
-    """Write the Colab copy of every notebook chapter to ``out/<page>.ipynb``; return the paths."""
+def write_all(
+    out: Path = DEFAULT_OUT, root: Path = ROOT, *, commit: str | None = None
+) -> list[Path]:
+    """Write the Colab copy of every notebook chapter to ``out/<page>.ipynb``; return the paths.
+
+    ``commit``: the commit the install cells install; by default :func:`source_commit`.
+    """
     book = load_book(root)
+    book.commit = commit or source_commit(root)
     written = []
     for page in chapters(book):
         notebook = convert_notebook(book, page)
@@ -599,10 +770,33 @@ def point_colab_at_generated_copy(app, pagename, templatename, context, doctree)
                 button["url"] = url.replace(f"/blob/{source_branch}/", f"/blob/{branch}/", 1)
 
 
+def download_the_copy(app, pagename, templatename, context, doctree) -> None:
+    """Point a chapter's ".ipynb" download button at its plain copy, not at the MyST source."""
+    if context.get("page_source_suffix") != ".ipynb":
+        return
+    url = f"{context['pathto'](NOTEBOOKS_DIR, 1)}/{pagename}.ipynb"
+    for group in context.get("header_buttons", []):
+        if group.get("label") != "download-buttons":
+            continue
+        for button in group.get("buttons", []):
+            if button.get("label") in ("download-source-button", "download-notebook-button"):
+                button["url"] = url
+                button["tooltip"] = "Download the notebook (plain Markdown, as in Colab)"
+
+
+def write_copies_into_the_book(app, exception) -> None:
+    """Write the plain copies into the HTML book, where the download buttons find them."""
+    if exception is not None or app.builder.format != "html":
+        return
+    write_all(Path(app.outdir) / NOTEBOOKS_DIR, Path(app.srcdir))
+
+
 def setup(app):
     app.add_config_value("colab_branch", DEFAULT_COLAB_BRANCH, "html")
-    # After sphinx-book-theme adds its launch buttons (priority 501).
+    # After sphinx-book-theme adds its launch and download buttons (priority 501).
     app.connect("html-page-context", point_colab_at_generated_copy, priority=600)
+    app.connect("html-page-context", download_the_copy, priority=600)
+    app.connect("build-finished", write_copies_into_the_book)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
