@@ -106,6 +106,7 @@ def test_the_script_never_writes_a_shipped_file_by_default(tmp_path, monkeypatch
     from vitbook.records import ShippedFileError
 
     run_distillation = script()
+    monkeypatch.setenv("VITBOOK_PROGRESS", "0")  # main() sets it; undone after the test
     monkeypatch.setattr(sys, "argv", ["run_distillation.py", "--out", str(RESULTS_PATH)])
     with pytest.raises(ShippedFileError, match="pass --write-assets"):
         run_distillation.main()
