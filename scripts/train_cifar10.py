@@ -6,9 +6,18 @@
     torchrun --nproc_per_node=4 scripts/train_cifar10.py --data cifar10.npz   # 4 GPUs
     python scripts/train_cifar10.py --standin --tiny --epochs 1 --rows vit-50 --seeds 0  # smoke
     python scripts/train_cifar10.py --merge runs/a.json runs/b.json --out runs/ladder.json
+    python scripts/train_cifar10.py --data cifar10.npz --rows resnet18-200 vit-200-deit-hard \
+        vit-200-conv-stem --save-dir runs/weights        # the chapter on data-efficient ViTs
 
 The rows are ``vitbook.ladder.ROWS`` (each changes one thing from the row above; seeds from
-``vitbook.ladder.PLAN``) and, to reproduce the shipped recording, ``RECORDED_ROWS``. Every row
+``vitbook.ladder.PLAN``), to reproduce the shipped recording ``RECORDED_ROWS``, and the rows of
+"Can a ViT beat the CNN that taught it?" (``DEIT_ROWS``): the ladder's best ViT recipe and budget
+(``vit-200``) distilled from the ladder's ResNet-18 (``resnet18-200``, same augmentation and
+budget) through DeiT's distillation token and hard targets, and the same ViT with a
+convolutional stem and one encoder block fewer. A distilled row needs its teacher's trained
+weights for each seed: trained earlier in the same command (the teacher's row runs first), or
+found in ``--teacher-dir`` as ``<teacher row>-seed<seed>.safetensors``, the file ``--save-dir``
+writes; the script checks that it is there before anything trains. Every row
 trains with ``vitbook.train.fit`` (mixed precision, data and augmentation on the GPU), choosing
 nothing on the test set: each run records the validation accuracy after every epoch and reads
 the test set once, at the end.
@@ -61,6 +70,7 @@ from vitbook.cifar import (
     cifar10_standin,
     load_cifar10,
 )
+from vitbook.distill import DistillationLoss
 from vitbook.ladder import BASE, BEST_ROW, PLAN, RECORDED_ROWS, ROWS, readout
 from vitbook.train import evaluate, fit
 
@@ -69,7 +79,13 @@ VIT = ViTConfig(img_size=32, patch_size=4, num_classes=10, embed_dim=256, depth=
                 mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
 TINY = ViTConfig(img_size=32, patch_size=8, num_classes=10, embed_dim=32, depth=2, num_heads=2,
                  mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
-ALL_ROWS = {**ROWS, **RECORDED_ROWS}
+# The rows of "Can a ViT beat the CNN that taught it?": one change each from vit-200.
+DEIT_ROWS: dict[str, dict[str, object]] = {
+    "vit-200-deit-hard": {**ROWS["vit-200"], "distilled": True, "teacher": "resnet18-200",
+                          "distillation": "hard"},
+    "vit-200-conv-stem": {**ROWS["vit-200"], "stem": "conv", "blocks_removed": 1},
+}  # fmt: skip
+ALL_ROWS = {**ROWS, **RECORDED_ROWS, **DEIT_ROWS}
 INSIDE_PHOTOS = 8  # test photos whose rollout maps the chapter shows
 DISTANCE_PHOTOS = 512  # test photos over which mean attention distance is averaged
 TIMING_NOTE = ("wall_clock_minutes: each run's wall-clock time, which includes validation and "
@@ -103,9 +119,12 @@ def build(row: dict[str, object], n_cls: int, tiny: bool) -> nn.Module:
     if row["model"] == "resnet18":
         body: nn.Module = CifarResNet18(n_cls)
     else:
+        base = TINY if tiny else VIT
         config = dataclasses.replace(
-            TINY if tiny else VIT, num_classes=n_cls, drop_path_rate=row.get("drop_path_rate", 0.0)
-        )
+            base, num_classes=n_cls, drop_path_rate=row.get("drop_path_rate", 0.0),
+            distilled=row.get("distilled", False), stem=row.get("stem", "patch"),
+            depth=base.depth - row.get("blocks_removed", 0),
+        )  # fmt: skip
         body = VisionTransformer(config)
     return nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), body)
 
@@ -138,8 +157,26 @@ def epochs_of(name: str, args) -> int:
     return args.epochs or ALL_ROWS[name]["epochs"]
 
 
+def teacher_path(args, name: str, seed: int) -> Path:
+    """Where a distilled row finds its teacher of ``seed`` when it was not trained in this run."""
+    return args.teacher_dir / f"{ALL_ROWS[name]['teacher']}-seed{seed}.safetensors"
+
+
+def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -> nn.Module:
+    """A teacher row's saved weights (written by --save-dir), behind the photos' normalisation."""
+    from safetensors.torch import load_file
+
+    teacher = build(ALL_ROWS[ALL_ROWS[name]["teacher"]], n_cls, args.tiny)
+    teacher[1].load_state_dict(load_file(str(teacher_path(args, name, seed))))
+    return teacher.to(device)
+
+
 def run(name: str, seed: int, splits: ImageSplits, args, device: torch.device, rank: int) -> tuple:
-    """Train one row with one seed; return (the run's record, the trained model)."""
+    """Train one row with one seed; return (the run's record, the trained model).
+
+    A distilled row takes its teacher from ``args.teachers`` (the models trained earlier in this
+    command, by row and seed), or else from ``--teacher-dir``.
+    """
     row = ALL_ROWS[name]
     torch.manual_seed(seed)
     model = build(row, splits.num_classes, args.tiny).to(device)
@@ -148,6 +185,15 @@ def run(name: str, seed: int, splits: ImageSplits, args, device: torch.device, r
     if row.get("mix"):  # MixUp/CutMix carry the label smoothing in their soft targets
         mix = augment.mixup_cutmix(splits.num_classes, label_smoothing=settings["label_smoothing"])
         settings["label_smoothing"] = 0.0
+    criterion = {}
+    if "teacher" in row:  # DeiT: the teacher labels the batch the student sees, in its autocast
+        teacher = getattr(args, "teachers", {}).get((row["teacher"], seed))
+        if teacher is None:
+            teacher = load_teacher(args, name, seed, splits.num_classes, device)
+        criterion["criterion"] = DistillationLoss(
+            teacher, row["distillation"], label_smoothing=settings["label_smoothing"]
+        )
+        settings["label_smoothing"] = 0.0  # the criterion smooths the true labels
     if args.batch_size:
         settings["batch_size"] = args.batch_size
     # the next ladder's rows name these; the recorded rows train with fit's defaults
@@ -157,7 +203,7 @@ def run(name: str, seed: int, splits: ImageSplits, args, device: torch.device, r
     start = time.perf_counter()
     history = fit(model, splits.train, epochs=epochs_of(name, args), seed=seed,
                   augment=augmentation(row), mix=mix, eval_data=splits.val,
-                  progress=rank == 0, **settings, **newer)  # fmt: skip
+                  progress=rank == 0, **settings, **newer, **criterion)  # fmt: skip
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     result = {
@@ -284,6 +330,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     parser.add_argument("--write-assets", action="store_true",
                         help="allow --out (or --save-dir) in vitbook/assets, the shipped files")
     parser.add_argument("--save-dir", type=Path, help="write each run's weights and the read-out")
+    parser.add_argument("--teacher-dir", type=Path, default=Path("runs/weights"),
+                        help="where a distilled row finds its teacher's weights when the teacher "
+                             "row is not in --rows (default runs/weights)")  # fmt: skip
     parser.add_argument("--merge", nargs="+", type=Path, help="join result files into --out")
     parser.add_argument("--allow-mixed", action="store_true",
                         help="join (--merge) or append to --out other data, devices, epochs or "
@@ -298,8 +347,24 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
         return args, parser
     if len(set(args.rows)) != len(args.rows):
         parser.error(f"--rows {' '.join(args.rows)} names a row twice; name each once.")
+    # A teacher's row runs before the rows distilled from it.
+    teachers = {ALL_ROWS[name]["teacher"] for name in args.rows if "teacher" in ALL_ROWS[name]}
+    rows = sorted(args.rows, key=lambda name: name not in teachers)
     args.plan = [(name, tuple(args.seeds) if args.seeds is not None
-                  else PLAN.get(name, (0, 1, 2))) for name in args.rows]  # fmt: skip
+                  else PLAN.get(name, (0, 1, 2))) for name in rows]  # fmt: skip
+    for name, seeds in args.plan:
+        teacher = ALL_ROWS[name].get("teacher")
+        if teacher is None:
+            continue
+        taught = dict(args.plan).get(teacher, ())
+        absent = [seed for seed in seeds if seed not in taught
+                  and not teacher_path(args, name, seed).is_file()]  # fmt: skip
+        if absent:
+            missing = teacher_path(args, name, absent[0])
+            parser.error(f"{name} learns from {teacher}, which is neither in --rows for seeds "
+                         f"{absent} nor saved in --teacher-dir ({missing}); add {teacher} to "
+                         "--rows (with --save-dir to keep it), or point --teacher-dir at its "
+                         "weights.")  # fmt: skip
     return args, parser
 
 
@@ -351,10 +416,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: nothing trained, {args.out} unchanged: {error}\n")
     process = len(before["provenance"])
     results = {**before, "runs": list(before["runs"]), "provenance": [*before["provenance"], here]}
+    needed = {ALL_ROWS[name]["teacher"] for name, _ in args.plan if "teacher" in ALL_ROWS[name]}
+    args.teachers = {}  # (row, seed) -> a model trained here, for the rows distilled from it
     try:
         for name, seeds in args.plan:
             for seed in seeds:
                 result, model = run(name, seed, splits, args, device, rank)
+                if name in needed:
+                    args.teachers[name, seed] = model
                 if rank != 0:
                     continue
                 results["runs"].append({**result, "process": process})

@@ -101,6 +101,27 @@ def test_rollout_runs_on_model_attention_and_cls_map_reads_row_zero():
     torch.testing.assert_close(maps.sum((1, 2)), 1 - rollout[:, 0, 0], **F32_TOL)
 
 
+def test_distilled_model_has_two_prefix_rows_and_a_distillation_token_map():
+    torch.manual_seed(0)
+    cfg = ViTConfig(img_size=(12, 20), patch_size=P, embed_dim=12, depth=2, num_heads=HEADS,
+                    distilled=True)  # fmt: skip
+    model = VisionTransformer(cfg).eval()
+    _, attentions = model.forward_with_attention(torch.randn(B, 3, 12, 20))
+    assert attentions[0].shape == (B, HEADS, 2 + GH * GW, 2 + GH * GW)
+    rollout = attention_rollout(attentions)
+    for token in (0, 1):
+        maps = cls_rollout_map(rollout, cfg.grid_size, num_prefix_tokens=2, token=token)
+        assert maps.shape == (B, GH, GW)
+        for b, r, c in itertools.product(range(B), range(GH), range(GW)):
+            assert maps[b, r, c] == rollout[b, token, 2 + r * GW + c]
+    distances = mean_attention_distance(attentions[0], cfg.grid_size, P, num_prefix_tokens=2)
+    assert distances.shape == (HEADS,)
+    with pytest.raises(ValueError, match="has 17 tokens, but num_prefix_tokens=1"):
+        mean_attention_distance(attentions[0], cfg.grid_size, P, num_prefix_tokens=1)
+    with pytest.raises(ValueError, match=r"token=1 is not one of the num_prefix_tokens=1"):
+        cls_rollout_map(rollout[:, 1:, 1:], cfg.grid_size, num_prefix_tokens=1, token=1)
+
+
 def test_rollout_errors():
     good = random_attention(B, HEADS, N, N)
     with pytest.raises(ValueError, match="attentions is empty"):

@@ -134,3 +134,5 @@ def test_axial_vit_refuses_relative_bias():
 
     with pytest.raises(ValueError, match="pos_embed='relative' adds a bias to full attention"):
         AxialVisionTransformer(ViTConfig(depth=1, pos_embed="relative", **AXIAL_VIT))
+    with pytest.raises(ValueError, match="got stem='conv'; use stem='patch'"):
+        AxialVisionTransformer(ViTConfig(depth=1, stem="conv", **AXIAL_VIT))

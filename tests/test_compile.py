@@ -26,6 +26,18 @@ SMALL = [
         itertools.product(("learned", "sincos2d", "none", "relative"), ("explicit", "sdpa")),
         itertools.cycle(("cls", "mean")),
     )
+] + [  # DeiT's distillation token and the convolutional stem, alone and together
+    ViTConfig(
+        img_size=(8, 12), patch_size=2, in_chans=1, num_classes=10, embed_dim=16, depth=2,
+        num_heads=4, pos_embed=pos, attn_impl=impl, distilled=distilled, stem=stem,
+        drop_rate=0.1, drop_path_rate=0.1,
+    )
+    for pos, impl, distilled, stem in (
+        ("learned", "sdpa", True, "patch"),
+        ("relative", "explicit", True, "patch"),
+        ("sincos2d", "sdpa", False, "conv"),
+        ("learned", "explicit", True, "conv"),
+    )
 ]  # fmt: skip
 # The photo model of "Real photos on a GPU" (3.2M parameters).
 CIFAR = ViTConfig(img_size=32, patch_size=4, num_classes=10, embed_dim=256, depth=6,

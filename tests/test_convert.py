@@ -210,8 +210,8 @@ def test_missing_unexpected_and_misshapen_keys_are_named():
 def test_configs_vitbook_cannot_build_are_refused():
     _, hf_config = hf_vit()
     base = hf_config.to_dict()
-    with pytest.raises(ValueError, match="model_type='deit' is not a plain ViT"):
-        config_from_hf({**base, "model_type": "deit"}, num_classes=7)
+    with pytest.raises(ValueError, match="model_type='beit' is neither a plain ViT nor a DeiT"):
+        config_from_hf({**base, "model_type": "beit"}, num_classes=7)
     with pytest.raises(ValueError, match="hidden_act='gelu_new'.*exact GELU"):
         config_from_hf({**base, "hidden_act": "gelu_new"}, num_classes=7)
     with pytest.raises(ValueError, match=r"lacks \['patch_size'\]"):
@@ -261,5 +261,105 @@ def test_to_hf_state_dict_refuses_models_hugging_face_cannot_express():
     mean_pooled = VisionTransformer(dataclasses.replace(TIMM_CONFIG, pool="mean"))
     with pytest.raises(ValueError, match="pool='mean'"):
         to_hf_state_dict(mean_pooled)
+    conv_stem = VisionTransformer(dataclasses.replace(TIMM_CONFIG, stem="conv"))
+    with pytest.raises(ValueError, match="a patch embedding; .*stem='conv'"):
+        to_hf_state_dict(conv_stem)
     with pytest.raises(TypeError, match="must be a vitbook VisionTransformer"):
         to_hf_state_dict(torch.nn.Linear(2, 2))
+
+
+# --- DeiT: the distillation token and two heads ----------------------------------------------
+
+
+def hf_deit(*, model: str = "teacher", seed: int = 0, **sizes):
+    """A small random Hugging Face DeiT, all sizes different, every parameter perturbed."""
+    torch.manual_seed(seed)
+    fields = {
+        "hidden_size": 48, "num_hidden_layers": 3, "num_attention_heads": 3,
+        "intermediate_size": 96, "image_size": (32, 48), "patch_size": 8, "num_labels": 7,
+        "attn_implementation": "eager", **sizes,
+    }  # fmt: skip
+    config = transformers.DeiTConfig(**fields)
+    classes = {
+        "teacher": transformers.DeiTForImageClassificationWithTeacher,
+        "single": transformers.DeiTForImageClassification,
+    }
+    hf_model = (
+        transformers.DeiTModel(config, add_pooling_layer=False)
+        if model == "features" else classes[model](config)
+    )  # fmt: skip
+    perturb_(hf_model, 0.1)
+    return hf_model.eval(), config
+
+
+def test_hf_deit_with_teacher_converts_with_the_same_logits_heads_and_attention():
+    hf_model, hf_config = hf_deit()
+    model = from_hf_state_dict(hf_model.state_dict(), hf_config)
+    assert model.config.distilled and model.config.num_prefix_tokens == 2
+    images = torch.randn(2, 3, 32, 48)
+    with torch.no_grad():
+        expected = hf_model(pixel_values=images, output_attentions=True)
+        logits, weights = model.forward_with_attention(images)
+        cls_logits, dist_logits = model.forward_heads(model.forward_features(images))
+    assert expected.logits.abs().max() > 0.5
+    torch.testing.assert_close(logits, expected.logits, **PARITY)  # eval: the heads' mean
+    torch.testing.assert_close(cls_logits, expected.cls_logits, **PARITY)
+    torch.testing.assert_close(dist_logits, expected.distillation_logits, **PARITY)
+    assert not torch.allclose(cls_logits, dist_logits, atol=1e-3)  # two different heads
+    for ours, theirs in zip(weights, expected.attentions, strict=True):
+        assert ours.shape == theirs.shape == (2, 3, 2 + 24, 2 + 24)
+        torch.testing.assert_close(ours, theirs, **PARITY)
+    sdpa = from_hf_state_dict(hf_model.state_dict(), hf_config, attn_impl="sdpa")
+    with torch.no_grad():
+        torch.testing.assert_close(sdpa(images), expected.logits, **FUSED)
+
+
+def test_hf_deit_round_trips_through_the_hub_file_names(tmp_path):
+    hf_model, hf_config = hf_deit()
+    hf_model.save_pretrained(tmp_path)
+    on_disk = load_file(str(tmp_path / "model.safetensors"))
+    assert "deit.embeddings.distillation_token" in on_disk
+    model = from_hf_state_dict(on_disk, hf_config.to_dict())
+    back = to_hf_state_dict(model)
+    assert back.keys() == on_disk.keys()
+    for name, tensor in on_disk.items():
+        torch.testing.assert_close(back[name], tensor, rtol=0, atol=0, msg=name)
+    in_memory = from_hf_state_dict(hf_model.state_dict(), hf_config)
+    for (name, x), (_, y) in zip(model.state_dict().items(), in_memory.state_dict().items(),
+                                 strict=True):  # fmt: skip
+        torch.testing.assert_close(x, y, rtol=0, atol=0, msg=name)
+
+
+def test_hf_deit_model_without_heads_gives_the_features():
+    hf_model, hf_config = hf_deit(model="features")
+    model = from_hf_state_dict(hf_model.state_dict(), hf_config)
+    assert model.config.num_classes == 0 and model.config.distilled
+    images = torch.randn(2, 3, 32, 48)
+    with torch.no_grad():
+        expected = hf_model(pixel_values=images).last_hidden_state  # (B, 2 + N, D)
+        torch.testing.assert_close(model.forward_features(images), expected, **PARITY)
+
+
+def test_hf_deit_with_one_classifier_is_refused_by_name():
+    hf_model, hf_config = hf_deit(model="single")
+    with pytest.raises(ValueError, match=r"classifier\.bias \(the single head of "
+                                         r"DeiTForImageClassification.*WithTeacher"):  # fmt: skip
+        from_hf_state_dict(hf_model.state_dict(), hf_config)
+    deit_names, _ = hf_deit()
+    vit_config = {**hf_config.to_dict(), "model_type": "vit"}
+    with pytest.raises(ValueError, match=r"deit\.embeddings\.cls_token \(a DeiT's name"):
+        from_hf_state_dict(deit_names.state_dict(), vit_config)
+
+
+@pytest.mark.parametrize(
+    ("name", "width", "heads"),
+    [("ViT-Ti/16", 192, 3), ("ViT-S/16", 384, 6), ("ViT-B/16", 768, 12)],
+)
+def test_deit_distilled_counts_agree_with_transformers(name, width, heads):
+    hf_config = transformers.DeiTConfig(hidden_size=width, num_attention_heads=heads,
+                                        intermediate_size=4 * width, num_labels=1000)
+    with torch.device("meta"):
+        hf_model = transformers.DeiTForImageClassificationWithTeacher(hf_config)
+    config = config_from_hf(hf_config, num_classes=1000)
+    assert config == ViTConfig.from_name(name, distilled=True, norm_eps=1e-12)
+    assert sum(p.numel() for p in hf_model.parameters()) == config.num_parameters()

@@ -249,6 +249,16 @@ def small_config(**overrides) -> ViTConfig:
         ),
         (lambda: VisionTransformer(small_config()).double(), TypeError, r"model\.float\(\)"),
         (
+            lambda: VisionTransformer(small_config(class_token=True, pool="cls", distilled=True)),
+            ValueError,
+            "one class token and a patch embedding, got distilled=True",
+        ),
+        (
+            lambda: VisionTransformer(small_config(stem="conv")),
+            ValueError,
+            "got distilled=False, stem='conv'",
+        ),
+        (
             lambda: VisionTransformer(small_config(embed_dim=256, depth=2, num_heads=4)),
             ValueError,
             f"the playground takes at most {MAX_PARAMETERS:,}",

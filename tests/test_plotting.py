@@ -456,6 +456,16 @@ EXAMPLES = {
         [min(1, (s + 1) / 10) for s in range(100)], steps_per_epoch=10, warmup_epochs=1
     ),
     "plot_data_hunger": lambda: plotting.plot_data_hunger(load_results()),
+    "plot_distillation": lambda: plotting.plot_distillation(
+        {"runs": {name: [{"validation_accuracy": a + s / 100} for s in range(5)]
+                  for name, a in (("CNN teacher", 0.95), ("ViT, scratch", 0.85),
+                                  ("hard, CNN teacher", 0.86), ("conv stem", 0.93))}}
+    ),
+    "plot_distance_by_setting": lambda: plotting.plot_distance_by_setting(
+        {"runs": {name: [{"attention_distance": (torch.rand(2, 4) * 6).tolist()}] * 5
+                  for name in ("ViT, scratch", "hard, CNN teacher", "conv stem")}},
+        ["ViT, scratch", "hard, CNN teacher", "conv stem"], farthest=8.5, even_spread=3.6,
+    ),
     "plot_history": lambda: plotting.plot_history(
         History([2.0, 1.0, 0.5], [0.2, 0.6, 0.9], [0.3, 0.7, 0.8], [0.1] * 3), title="curves"
     ),

@@ -298,3 +298,70 @@ def test_each_row_gets_its_augmentation_and_fit_arguments(monkeypatch):
     with pytest.raises(RuntimeError):
         script.run("vit-crop-flip", 0, splits, args, script.torch.device("cpu"), 0)
     assert "weight_decay_rule" not in seen and seen["label_smoothing"] == 0.1  # as recorded
+
+
+# --- the rows of "Can a ViT beat the CNN that taught it?" ------------------------------------
+
+
+class SmallTeacher(__import__("torch").nn.Module):
+    """Stands in for ResNet-18 in the in-process runs: the same interface, a tiny cost."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        import torch
+
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 4, stride=4)
+        self.head = torch.nn.Linear(4, num_classes)
+
+    def forward(self, images):
+        return self.head(self.conv(images).mean(dim=(2, 3)))
+
+
+def test_the_stem_row_trains_one_block_fewer_on_the_stand_in(tmp_path):
+    out = tmp_path / "stem.json"
+    result = script_run(["--standin", "--tiny", "--epochs", "1", "--rows", "vit-200-conv-stem",
+                         "--seeds", "0", "--batch-size", "60", "--out", str(out)])  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (record,) = json.loads(out.read_text())["runs"]
+    assert record["recipe"]["stem"] == "conv" and record["recipe"]["blocks_removed"] == 1
+    script = load_script()
+    model = script.build(script.ALL_ROWS["vit-200-conv-stem"], 3, tiny=True)
+    assert model[1].config.depth == script.TINY.depth - 1 and model[1].config.stem == "conv"
+    assert record["parameters"] == sum(p.numel() for p in model.parameters())
+
+
+def test_the_distilled_row_learns_from_its_teacher_trained_first_or_saved(tmp_path, capsys,
+                                                                         monkeypatch):
+    script = load_script()
+    monkeypatch.setattr(script, "CifarResNet18", SmallTeacher)
+    seen = []
+    real_loss = script.DistillationLoss
+
+    def recording_loss(teacher, *args, **kwargs):
+        seen.append(teacher)
+        return real_loss(teacher, *args, **kwargs)
+
+    monkeypatch.setattr(script, "DistillationLoss", recording_loss)
+    weights, first = tmp_path / "weights", tmp_path / "first.json"
+    smoke = ["--standin", "--tiny", "--epochs", "1", "--seeds", "0", "--batch-size", "60"]
+    # The student's row is named first; the teacher's row still trains first.
+    assert script.main([*smoke, "--rows", "vit-200-deit-hard", "resnet18-200", "--save-dir",
+                        str(weights), "--out", str(first)]) == 0  # fmt: skip
+    runs = json.loads(first.read_text())["runs"]
+    assert [run["row"] for run in runs] == ["resnet18-200", "vit-200-deit-hard"]
+    assert runs[1]["recipe"]["teacher"] == "resnet18-200" and runs[1]["recipe"]["distilled"]
+    assert isinstance(seen[0][1], SmallTeacher) and not seen[0].training
+    assert (weights / "resnet18-200-seed0.safetensors").is_file()
+    # Later, on its own: the teacher comes from --teacher-dir, with the trained weights.
+    second = tmp_path / "second.json"
+    assert script.main([*smoke, "--rows", "vit-200-deit-hard", "--teacher-dir", str(weights),
+                        "--out", str(second)]) == 0  # fmt: skip
+    import torch
+
+    for a, b in zip(seen[0].state_dict().values(), seen[1].state_dict().values(), strict=True):
+        assert torch.equal(a.cpu(), b.cpu())
+    # Neither trained here nor saved: refused before anything trains.
+    text = refusal(script, [*smoke, "--rows", "vit-200-deit-hard", "--teacher-dir",
+                            str(tmp_path / "empty"), "--out", str(tmp_path / "no.json")], capsys)
+    assert "learns from resnet18-200, which is neither in --rows" in text
+    assert not (tmp_path / "no.json").exists()

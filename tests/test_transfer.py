@@ -115,6 +115,16 @@ def test_freeze_body_leaves_only_the_head_trainable_and_says_what_it_froze():
     ]
 
 
+def test_freeze_body_of_a_distilled_model_leaves_both_heads_trainable():
+    from vitbook import VisionTransformer, ViTConfig
+
+    model = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=1,
+                                        num_heads=2, num_classes=3, distilled=True))  # fmt: skip
+    frozen = freeze_body(model)
+    assert frozen.trainable == ("head.weight", "head.bias", "head_dist.weight", "head_dist.bias")
+    assert "dist_token" in frozen.frozen and frozen.trainable_numbers == 2 * (8 * 3 + 3)
+
+
 def test_under_a_linear_probe_only_the_heads_parameters_change():
     model = small_vit()
     model.reset_classifier(4)

@@ -273,3 +273,148 @@ def test_relative_bias_sdpa_and_explicit_agree_and_train():
     torch.testing.assert_close(fused(images), explicit(images), rtol=1e-5, atol=1e-5)
     fused(images).logsumexp(-1).mean().backward()
     assert all(b.relative_position_bias_table.grad is not None for b in fused.rel_pos_bias)
+
+
+# --- DeiT's distillation token ----------------------------------------------------------------
+
+# DeiT's distilled models at 224 px, 1000 classes (Touvron et al., 2021; timm's
+# deit_*_distilled_patch16_224): the ViT of the same size plus the distillation token, its
+# position-embedding row and a second head, D + D + (D * 1000 + 1000).
+EXPECTED_DISTILLED = {
+    "ViT-Ti/16": 5_910_800,
+    "ViT-S/16": 22_436_432,
+    "ViT-B/16": 87_338_192,
+}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_DISTILLED))
+def test_deit_distilled_parameter_counts(name):
+    config = ViTConfig.from_name(name, distilled=True)
+    with torch.device("meta"):
+        model = VisionTransformer(config)
+    assert sum(p.numel() for p in model.parameters()) == EXPECTED_DISTILLED[name]
+    assert config.num_parameters() == EXPECTED_DISTILLED[name]
+    d = config.embed_dim
+    plain = EXPECTED_PARAMETERS[name]
+    assert EXPECTED_DISTILLED[name] - plain == 2 * d + d * 1000 + 1000
+    assert (config.num_prefix_tokens, config.num_tokens) == (2, 198)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"distilled": True},
+        {"distilled": True, "pos_embed": "sincos2d"},
+        {"distilled": True, "pos_embed": "relative"},
+        {"distilled": True, "num_classes": 0},
+        {"distilled": True, "stem": "conv", "qkv_bias": False},
+    ],
+)
+def test_closed_form_count_matches_real_count_for_the_distilled_options(overrides):
+    config = tiny(**overrides)
+    model = VisionTransformer(config)
+    assert sum(p.numel() for p in model.parameters()) == config.num_parameters()
+
+
+def test_distilled_state_dict_keys_follow_timm():
+    model = VisionTransformer(tiny(depth=1, distilled=True))
+    keys = list(model.state_dict())
+    assert keys[:3] == ["cls_token", "dist_token", "pos_embed"]
+    assert keys[-4:] == ["head.weight", "head.bias", "head_dist.weight", "head_dist.bias"]
+    plain = list(VisionTransformer(tiny(depth=1)).state_dict())
+    assert sorted(set(keys) - set(plain)) == [
+        "dist_token", "head_dist.bias", "head_dist.weight"
+    ]  # fmt: skip
+    assert model.pos_embed.shape == (1, 2 + 3 * 5, 24)  # both prefix tokens have a position
+
+
+def test_without_the_new_options_the_model_is_built_exactly_as_before():
+    # Recorded at commit fd21d46, before the distillation token and the stem existed
+    # (torch 2.13.0, CPU): the same seed gives the same weights, and the random stream
+    # after building the model is where it was, so seeded training runs are unchanged.
+    recorded = [(TINY, 516.45804376, 0.8845755457878113),
+                ({"img_size": (8, 12), "patch_size": 2, "in_chans": 1, "embed_dim": 16,
+                  "depth": 2, "num_heads": 4, "num_classes": 10, "pos_embed": "relative",
+                  "class_token": False, "pool": "mean"}, 213.05503391, 0.8316075801849365)]
+    for fields, total, next_draw in recorded:
+        torch.manual_seed(0)
+        model = VisionTransformer(ViTConfig(**fields))
+        state = model.state_dict()
+        assert sum(t.double().abs().sum().item() for t in state.values()) == pytest.approx(
+            total, abs=1e-6
+        )
+        assert torch.rand(1).item() == pytest.approx(next_draw, abs=1e-7)
+        assert not any(k.startswith(("dist_token", "head_dist", "patch_embed.stem"))
+                       for k in state)  # fmt: skip
+
+
+def test_distilled_model_returns_both_heads_in_training_and_their_mean_in_eval():
+    torch.manual_seed(0)
+    model = VisionTransformer(tiny(distilled=True, drop_rate=0.0))
+    images = torch.randn(2, 3, 24, 40)
+    logits, logits_dist = model.train()(images)
+    assert logits.shape == logits_dist.shape == (2, 5)
+    features = model.forward_features(images)
+    assert features.shape == (2, 2 + 15, 24)
+    torch.testing.assert_close(logits, model.head(features[:, 0]))
+    torch.testing.assert_close(logits_dist, model.head_dist(features[:, 1]))
+    model.eval()
+    torch.testing.assert_close(model(images), (logits + logits_dist) / 2)
+    both = model.forward_heads(features)
+    torch.testing.assert_close(both[0], logits)  # forward_heads ignores the mode
+    mean, weights = model.forward_with_attention(images)
+    torch.testing.assert_close(mean, model(images))
+    assert [w.shape for w in weights] == [(2, 3, 17, 17)] * 2
+    with pytest.raises(ValueError, match="this model has one \\(distilled=False\\)"):
+        VisionTransformer(tiny()).forward_heads(features)
+
+
+def test_distillation_token_init_and_position_rows():
+    torch.manual_seed(0)
+    model = VisionTransformer(ViTConfig.from_name("ViT-S/16", num_classes=10, distilled=True))
+    assert model.dist_token.std().item() == pytest.approx(0.02, rel=0.15)  # timm's init
+    assert model.cls_token.abs().max().item() < 1e-5
+    assert model.head_dist.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert (model.head_dist.bias == 0).all()
+    sincos = VisionTransformer(tiny(distilled=True, pos_embed="sincos2d"))
+    assert torch.equal(sincos.pos_embed[0, :2], torch.zeros(2, 24))  # no position for either
+    relative = VisionTransformer(tiny(distilled=True, pos_embed="relative"))
+    bias = relative.attention_bias(0)  # (Nh, N, N)
+    assert bias[:, :2].abs().sum() == 0 and bias[:, :, :2].abs().sum() == 0
+    assert bias[:, 2:, 2:].abs().sum() > 0
+
+
+def test_reset_classifier_replaces_both_heads_with_zeros():
+    model = VisionTransformer(tiny(distilled=True)).eval()
+    model.reset_classifier(7)
+    assert model.head.weight.shape == model.head_dist.weight.shape == (7, 24)
+    images = torch.randn(2, 3, 24, 40)
+    assert torch.equal(model(images), torch.zeros(2, 7))
+    model.reset_classifier(0)
+    assert isinstance(model.head_dist, torch.nn.Identity)
+    features = model.forward_features(images)
+    torch.testing.assert_close(model(images), (features[:, 0] + features[:, 1]) / 2)
+
+
+def test_distilled_needs_the_class_token_readout():
+    with pytest.raises(ValueError, match="distilled=True.*needs class_token=True and pool='cls'"):
+        tiny(distilled=True, class_token=False, pool="mean")
+    with pytest.raises(ValueError, match="got class_token=True, pool='mean'"):
+        tiny(distilled=True, pool="mean")
+    with pytest.raises(TypeError, match="distilled must be True or False, got 'yes'"):
+        tiny(distilled="yes")
+
+
+def test_a_distilled_model_moves_to_a_new_resolution_keeping_both_prefix_rows():
+    from vitbook.transfer import change_resolution
+
+    torch.manual_seed(0)
+    model = VisionTransformer(tiny(img_size=32, patch_size=8, distilled=True))
+    bigger = change_resolution(model, 48)
+    assert bigger.pos_embed.shape == (1, 2 + 6 * 6, 24)
+    assert torch.equal(bigger.pos_embed[:, :2], model.pos_embed[:, :2])
+    assert torch.equal(bigger.dist_token, model.dist_token)
+    state = model.state_dict()
+    resampled = resample_pos_embed(state["pos_embed"], (6, 6), num_prefix_tokens=2)
+    torch.testing.assert_close(bigger.pos_embed, resampled)
+    assert bigger.eval()(torch.randn(2, 3, 48, 48)).shape == (2, 5)

@@ -1,11 +1,14 @@
 """vitbook: a Vision Transformer built piece by piece, the package behind the book.
 
 Modules, in the order of the chapters: :mod:`vitbook.patches`, :mod:`vitbook.positional`,
-:mod:`vitbook.attention`, :mod:`vitbook.encoder`, :mod:`vitbook.vit`, :mod:`vitbook.axial`.
+:mod:`vitbook.attention`, :mod:`vitbook.encoder`, :mod:`vitbook.config` and :mod:`vitbook.vit`,
+:mod:`vitbook.stem` (a convolutional stem), :mod:`vitbook.axial`.
 Helpers, imported on demand: :mod:`vitbook.data` (sample photos and digits, offline),
 :mod:`vitbook.train` (the training loop, mixed precision, torchrun), :mod:`vitbook.augment`
 (per-image augmentation on the device), :mod:`vitbook.cifar` (CIFAR-10 and its offline stand-in),
-:mod:`vitbook.ladder` (the photo chapter's recorded runs), :mod:`vitbook.analysis`,
+:mod:`vitbook.ladder` (the photo chapter's recorded runs), :mod:`vitbook.distill` and
+:mod:`vitbook.distill_digits` (DeiT's distillation and its measured miniature),
+:mod:`vitbook.analysis`,
 :mod:`vitbook.pretrained` (the shipped digits models and Hugging Face checkpoints),
 :mod:`vitbook.checkpoints` (saving and loading vitbook model files), :mod:`vitbook.baselines`
 (CNNs for the digits and for photos), :mod:`vitbook.experiments` (the measured

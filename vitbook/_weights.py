@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from vitbook.stem import conv_stem_layers
 from vitbook.vit import VisionTransformer, ViTConfig
 
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
@@ -165,13 +166,19 @@ def write_atomically(
 def _num_tensors(config: ViTConfig) -> int:
     """How many tensors a VisionTransformer's state dict holds, in closed form."""
     block = 11 + int(config.qkv_bias)  # norm1 2, qkv 1-2, proj 2, norm2 2, fc1 2, fc2 2
+    stem = 0
+    if config.stem == "conv":  # conv 1 and norm 2 per 3 x 3 layer
+        stem = 3 * len(conv_stem_layers(config.patch_size, config.embed_dim, config.stem_depth))
+    heads = 2 if config.distilled else 1
     return (
         2  # patch_embed.proj
+        + stem
         + int(config.class_token)
+        + int(config.distilled)
         + int(config.pos_embed == "learned")
         + config.depth * block
         + 2  # norm
-        + (2 if config.num_classes > 0 else 0)
+        + (2 * heads if config.num_classes > 0 else 0)
     )
 
 

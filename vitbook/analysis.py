@@ -34,7 +34,8 @@ FUSE = {"mean": torch.mean, "max": torch.amax, "min": torch.amin}
 def _prefix_tokens(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
-            f"num_prefix_tokens={value!r} must be an int >= 0 (1 with a class token, 0 without)."
+            f"num_prefix_tokens={value!r} must be an int >= 0 (1 with a class token, 0 without, "
+            "2 with a distillation token: pass config.num_prefix_tokens)."
         )
     return value
 
@@ -144,30 +145,39 @@ def attention_rollout(
 
 
 def cls_rollout_map(
-    rollout: torch.Tensor, grid_size: int | tuple[int, int], *, num_prefix_tokens: int = 1
+    rollout: torch.Tensor,
+    grid_size: int | tuple[int, int],
+    *,
+    num_prefix_tokens: int = 1,
+    token: int = 0,
 ) -> torch.Tensor:
     """The class token's row of a rollout, over the patches, laid out on the patch grid.
 
     Row 0 says how much each input token feeds the class token, and so the classifier. Prefix
     columns are dropped and the patch columns (row-major grid order) reshaped to (Gh, Gw); values
-    are not renormalised, so they sum to 1 minus the prefix tokens' share.
+    are not renormalised, so they sum to 1 minus the prefix tokens' share. ``token=1`` reads the
+    distillation token's row of a distilled model (``config.num_prefix_tokens`` is then 2).
 
     Args:
         rollout: (B, N, N) from :func:`attention_rollout`, N = num_prefix_tokens + Gh * Gw.
         grid_size: (Gh, Gw), or G for a square grid (``config.grid_size``).
         num_prefix_tokens: tokens before the patches, the class token first; at least 1.
+        token: which prefix token's row: 0 the class token, 1 the distillation token.
 
     Returns:
         (B, Gh, Gw).
 
     Raises:
         TypeError / ValueError: ``rollout`` is not a (B, N, N) float tensor of finite values, N
-            does not match the grid, or there is no class token (num_prefix_tokens=0).
+            does not match the grid, there is no class token (num_prefix_tokens=0), or
+            ``token`` is not one of the prefix tokens.
 
     Example:
         >>> rollout = attention_rollout([torch.full((2, 3, 7, 7), 1 / 7)])
         >>> cls_rollout_map(rollout, (2, 3)).shape
         torch.Size([2, 2, 3])
+        >>> cls_rollout_map(rollout[:, 1:, 1:], (2, 2), num_prefix_tokens=2, token=1).shape
+        torch.Size([2, 2, 2])
 
     See chapter: Inside a trained ViT.
     """
@@ -178,9 +188,16 @@ def cls_rollout_map(
             "num_prefix_tokens=0 means there is no class token to read a map from; use "
             "num_prefix_tokens=1 for a model with class_token=True."
         )
+    _checks.integer("token", token, fix="0 for the class token, 1 for the distillation token")
+    if token >= num_prefix_tokens:
+        raise ValueError(
+            f"token={token} is not one of the num_prefix_tokens={num_prefix_tokens} prefix "
+            f"tokens; use 0 .. {num_prefix_tokens - 1} (1, the distillation token, needs "
+            "num_prefix_tokens=2)."
+        )
     gh, gw = _grid("rollout", rollout.shape[-1], grid_size, num_prefix_tokens)
-    cls_row = rollout[:, 0, num_prefix_tokens:]  # (B, Gh * Gw)
-    return rearrange(cls_row, "b (gh gw) -> b gh gw", gh=gh, gw=gw)
+    token_row = rollout[:, token, num_prefix_tokens:]  # (B, Gh * Gw)
+    return rearrange(token_row, "b (gh gw) -> b gh gw", gh=gh, gw=gw)
 
 
 def mean_attention_distance(
@@ -214,7 +231,8 @@ def mean_attention_distance(
         attention: (B, Nh, N, N) weights of one layer, N = num_prefix_tokens + Gh * Gw.
         grid_size: (Gh, Gw), or G for a square grid.
         patch_size: P in pixels, so that distances are in pixels of the input image.
-        num_prefix_tokens: tokens before the patches (1 with a class token).
+        num_prefix_tokens: tokens before the patches (1 with a class token, 2 for a distilled
+            model: ``config.num_prefix_tokens``).
         renormalize: rescale each query's patch weights to sum to 1 (see above); False follows
             the paper.
 

@@ -198,8 +198,8 @@ class AxialVisionTransformer(nn.Module):
 
     Raises:
         TypeError: ``config`` is not a ViTConfig.
-        ValueError: a class token, ``pool="cls"``, dropout or ``pos_embed="relative"``, which axial
-            blocks do not take.
+        ValueError: a class token, ``pool="cls"``, dropout, ``pos_embed="relative"`` or a
+            convolutional stem, which axial blocks do not take.
 
     Example:
         >>> cfg = ViTConfig(img_size=8, patch_size=2, in_chans=1, embed_dim=16, depth=1,
@@ -226,6 +226,11 @@ class AxialVisionTransformer(nn.Module):
                 f"an axial ViT has no class token (a class token has no row or column), got "
                 f"class_token={config.class_token}, pool={config.pool!r}; "
                 "use class_token=False, pool='mean'."
+            )
+        if config.stem != "patch":
+            raise ValueError(
+                f"an axial ViT embeds patches with one convolution, got stem={config.stem!r}; "
+                "use stem='patch'."
             )
         if config.pos_embed == "relative":
             raise ValueError(

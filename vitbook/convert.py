@@ -19,6 +19,18 @@ projections apart, where timm (and vitbook) stack them into one ``qkv`` layer::
     vit.layernorm                                     norm
     classifier                                        head
 
+A distilled DeiT (``DeiTForImageClassificationWithTeacher``, ``model_type="deit"``) has the
+same layers under ``deit.`` instead of ``vit.``, and three more names::
+
+    deit.embeddings.distillation_token                dist_token               (1, 1, D)
+    cls_classifier                                    head
+    distillation_classifier                           head_dist
+
+Its ``position_embeddings`` have two prefix rows (class, distillation), as ``pos_embed`` does
+with ``distilled=True``. Every Hugging Face DeiT has the distillation token, so a DeiT config
+converts to ``distilled=True``; the single ``classifier`` of ``DeiTForImageClassification``
+(which reads the class token and ignores the other) has no counterpart and is refused by name.
+
 Stacking works because both split heads the same way: head h owns output rows
 ``h*Dh .. (h+1)*Dh-1`` of each projection. transformers 5 renames its modules in memory
 (``vit.layers.{i}.attention.q_proj``, ``o_proj``, ``mlp.fc1``, ``mlp.fc2``) but writes files with
@@ -39,13 +51,13 @@ See chapter: A pretrained ViT.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Mapping
 
 import torch
 
-from vitbook import _checks, _weights
+from vitbook import _weights
+from vitbook.hf_config import _hf_dict, _model_type, config_from_hf, hf_class_names
 from vitbook.vit import VisionTransformer, ViTConfig, check_fields
 
 __all__ = [
@@ -78,10 +90,28 @@ _HF_TOP = {
     "norm.bias": "layernorm.bias",
 }
 _HF_HEAD = {"head.weight": "classifier.weight", "head.bias": "classifier.bias"}
+# A distilled DeiT: its extra token, and its two heads in place of "classifier".
+_HF_DEIT_TOP = {"dist_token": "embeddings.distillation_token"}
+_HF_DEIT_HEAD = {
+    "head.weight": "cls_classifier.weight",
+    "head.bias": "cls_classifier.bias",
+    "head_dist.weight": "distillation_classifier.weight",
+    "head_dist.bias": "distillation_classifier.bias",
+}
 _WHY_NOT = {
     "pooler.": "the tanh 'pooler' of ViTModel, which ViTForImageClassification does not use",
     "embeddings.mask_token": "the mask token of masked image modelling",
+    "classifier.": "the single head of DeiTForImageClassification, which reads the class token "
+    "alone; vitbook's distilled ViT has two heads: convert a "
+    "DeiTForImageClassificationWithTeacher",
 }
+
+
+def _names(model_type: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """(prefix, top-level names, head names) of a Hugging Face model type."""
+    if model_type == "deit":
+        return "deit.", {**_HF_TOP, **_HF_DEIT_TOP}, _HF_DEIT_HEAD
+    return "vit.", _HF_TOP, _HF_HEAD
 
 
 def _state_dict(name: str, value: object) -> dict[str, torch.Tensor]:
@@ -160,133 +190,13 @@ def from_timm_state_dict(
     return _build(config, tensors, {})
 
 
-def _hf_dict(hf_config: object) -> dict:
-    if hasattr(hf_config, "to_dict"):  # a transformers ViTConfig
-        hf_config = hf_config.to_dict()
-    if not isinstance(hf_config, Mapping):
-        raise TypeError(
-            f"hf_config must be a transformers ViTConfig or the dict of its config.json, got "
-            f"{type(hf_config).__name__}."
-        )
-    return dict(hf_config)
-
-
-def hf_class_names(hf_config: object) -> tuple[str, ...]:
-    """The class names of a Hugging Face config (``id2label``), in the order of the logits.
-
-    Example:
-        >>> hf_class_names({"id2label": {"1": "cat", "0": "dog"}})
-        ('dog', 'cat')
-
-    See chapter: A pretrained ViT.
-    """
-    labels = _hf_dict(hf_config).get("id2label") or {}
-    if not isinstance(labels, Mapping):
-        raise TypeError(
-            f"id2label must be a dict {{index: name}} as in config.json, got "
-            f"{type(labels).__name__}; for a list of names use dict(enumerate(names))."
-        )
-    try:
-        ordered = sorted((int(index), str(name)) for index, name in labels.items())
-    except (TypeError, ValueError) as err:
-        raise ValueError(
-            f"id2label keys must be class indices such as '0' or 0, got {list(labels)[:5]}."
-        ) from err
-    if [index for index, _ in ordered] != list(range(len(ordered))):
-        raise ValueError(
-            f"id2label must number its classes 0, 1, 2, ... without gaps; got the indices "
-            f"{[index for index, _ in ordered][:10]}."
-        )
-    return tuple(name for _, name in ordered)
-
-
-def config_from_hf(hf_config: object, *, num_classes: int, **overrides: object) -> ViTConfig:
-    """The ``ViTConfig`` of a Hugging Face ViT config: sizes, LayerNorm epsilon and dropout.
-
-    Args:
-        hf_config: a ``transformers.ViTConfig`` or the dict read from its ``config.json``.
-        num_classes: rows of the classifier (0 for a ``ViTModel`` without one); Hugging Face
-            configs carry a label count even when there is no classifier, so it is an argument.
-        **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
-
-    Raises:
-        TypeError: ``hf_config`` is neither a config nor a dict.
-        ValueError: a model type other than ``"vit"``, an activation other than exact GELU, or
-            a missing size.
-
-    Example:
-        >>> hf = {"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 2,
-        ...       "num_attention_heads": 4, "intermediate_size": 256, "image_size": 32,
-        ...       "patch_size": 8, "layer_norm_eps": 1e-12}
-        >>> cfg = config_from_hf(hf, num_classes=10)
-        >>> cfg.embed_dim, cfg.mlp_ratio, cfg.norm_eps, cfg.num_classes
-        (64, 4.0, 1e-12, 10)
-
-    See chapter: A pretrained ViT.
-    """
-    hf = _hf_dict(hf_config)
-    check_fields(overrides)
-    model_type = hf.get("model_type", "vit")
-    if model_type != "vit":
-        raise ValueError(
-            f"model_type={model_type!r} is not a plain ViT; vitbook converts model_type='vit' "
-            "(DeiT, BEiT, DINOv2 and others differ in tokens, norms or biases)."
-        )
-    activation = hf.get("hidden_act", "gelu")
-    if activation != "gelu":
-        raise ValueError(
-            f"hidden_act={activation!r}: vitbook's MLP uses the exact GELU ('gelu'), as "
-            "Hugging Face and timm run the ViT checkpoints."
-        )
-    sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-    absent = [name for name in (*sizes, "image_size", "patch_size") if name not in hf]
-    if absent:
-        raise ValueError(f"hf_config lacks {absent}; pass the model's full config.json.")
-    for name in (*sizes, "patch_size", "num_channels"):
-        if name in hf:
-            _checks.positive_int(f"hf_config[{name!r}]", hf[name])
-    width, hidden = hf["hidden_size"], hf["intermediate_size"]
-    mlp_ratio = hidden / width
-    if int(width * mlp_ratio) != hidden:  # float rounding, e.g. 7 * (61 / 7) = 60.99999...
-        mlp_ratio = math.nextafter(mlp_ratio, math.inf)
-    if int(width * mlp_ratio) != hidden:
-        raise ValueError(
-            f"intermediate_size={hidden} is not int(hidden_size * r) for r = {mlp_ratio!r}."
-        )
-    image_size = hf["image_size"]
-    _checks.pair("hf_config['image_size']", image_size)
-    fields = {
-        "img_size": tuple(image_size) if isinstance(image_size, (list, tuple)) else image_size,
-        "patch_size": hf["patch_size"],
-        "in_chans": hf.get("num_channels", 3),
-        "num_classes": num_classes,
-        "embed_dim": width,
-        "depth": hf["num_hidden_layers"],
-        "num_heads": hf["num_attention_heads"],
-        "mlp_ratio": mlp_ratio,
-        "qkv_bias": hf.get("qkv_bias", True),
-        "norm_eps": hf.get("layer_norm_eps", 1e-12),
-        "drop_rate": hf.get("hidden_dropout_prob", 0.0),
-        "attn_drop_rate": hf.get("attention_probs_dropout_prob", 0.0),
-    }
-    try:
-        return ViTConfig(**{**fields, **overrides})
-    except (TypeError, ValueError) as err:
-        names = {"qkv_bias": "qkv_bias", "norm_eps": "layer_norm_eps",
-                 "drop_rate": "hidden_dropout_prob",
-                 "attn_drop_rate": "attention_probs_dropout_prob"}
-        raise _checks.same_kind(err)(
-            f"hf_config gives a config vitbook cannot build: {err} (Hugging Face names: "
-            f"{names})"
-        ) from err
-
-
-def _hf_source(name: str) -> tuple[str, str] | None:
-    """A Hugging Face key without its "vit." prefix -> (vitbook name, q/k/v part or "")."""
-    if name in _HF_HEAD.values():
-        return next(ours for ours, theirs in _HF_HEAD.items() if theirs == name), ""
-    inner = name.removeprefix("vit.")
-    for ours, theirs in _HF_TOP.items():
+def _hf_source(name: str, model_type: str) -> tuple[str, str] | None:
+    """A Hugging Face key -> (vitbook name, q/k/v part or ""), or None for a foreign key."""
+    prefix, tops, heads = _names(model_type)
+    if name in heads.values():
+        return next(ours for ours, theirs in heads.items() if theirs == name), ""
+    inner = name.removeprefix(prefix)
+    for ours, theirs in tops.items():
         if inner == theirs:
             return ours, ""
     for pattern in _HF_LAYER:
@@ -307,15 +217,18 @@ def _hf_source(name: str) -> tuple[str, str] | None:
 def from_hf_state_dict(
     state_dict: Mapping[str, torch.Tensor], hf_config: object, **overrides: object
 ) -> VisionTransformer:
-    """A ``VisionTransformer`` holding a Hugging Face ViT's weights, in eval mode.
+    """A ``VisionTransformer`` holding a Hugging Face ViT's or DeiT's weights, in eval mode.
 
-    Accepts the state dict of a ``ViTForImageClassification`` or a ``ViTModel``, with the names
-    of the files on the Hub (and transformers 4) or of transformers 5 modules. Query, key and value
-    are stacked into ``qkv``; ``layer_norm_eps`` becomes ``norm_eps``.
+    Accepts the state dict of a ``ViTForImageClassification`` or a ``ViTModel``, or, with a DeiT
+    config, of a ``DeiTForImageClassificationWithTeacher`` or a ``DeiTModel`` (a distilled
+    vitbook ViT), with the names of the files on the Hub (and transformers 4) or of
+    transformers 5 modules. Query, key and value are stacked into ``qkv``; ``layer_norm_eps``
+    becomes ``norm_eps``.
 
     Args:
         state_dict: e.g. ``safetensors.torch.load_file("model.safetensors")``.
-        hf_config: its ``transformers.ViTConfig``, or the dict of its ``config.json``.
+        hf_config: its ``transformers.ViTConfig`` or ``DeiTConfig``, or the dict of its
+            ``config.json``.
         **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
 
     Raises:
@@ -337,12 +250,13 @@ def from_hf_state_dict(
     See chapter: A pretrained ViT.
     """
     tensors = _state_dict("state_dict", state_dict)
+    model_type = _model_type(_hf_dict(hf_config))
     converted: dict[str, torch.Tensor] = {}
     origin: dict[str, str] = {}
     qkv_parts: dict[str, dict[str, torch.Tensor]] = {}
     unexpected = []
     for name, tensor in tensors.items():
-        target = _hf_source(name)
+        target = _hf_source(name, model_type)
         if target is None:
             unexpected.append(name)
             continue
@@ -357,10 +271,12 @@ def from_hf_state_dict(
             converted[ours], origin[ours] = tensor, name
     if unexpected:
         reasons = [
-            f"{name} ({why})" if (why := _why_not(name)) else name for name in sorted(unexpected)
+            f"{name} ({why})" if (why := _why_not(name, model_type)) else name
+            for name in sorted(unexpected)
         ]
         raise ValueError(
-            f"the state dict has {len(unexpected)} key(s) that a ViT has no place for: {reasons}. "
+            f"the state dict has {len(unexpected)} key(s) that a "
+            f"{'DeiT' if model_type == 'deit' else 'ViT'} has no place for: {reasons}. "
             "Nothing was loaded; remove those keys yourself only if you mean to drop them."
         )
     for ours, parts in qkv_parts.items():
@@ -386,13 +302,16 @@ def from_hf_state_dict(
             f"the classifier has {num_classes} rows but id2label names {len(names)} classes; "
             "pass the config that belongs to these weights."
         )
-    for ours, theirs in {**_HF_TOP, **_HF_HEAD}.items():
+    _, tops, heads = _names(model_type)
+    for ours, theirs in {**tops, **heads}.items():
         origin.setdefault(ours, theirs)
     return _build(config, converted, origin)
 
 
-def _why_not(name: str) -> str:
-    inner = name.removeprefix("vit.")
+def _why_not(name: str, model_type: str) -> str:
+    inner = name.removeprefix(_names(model_type)[0])
+    if model_type == "vit" and name.startswith("deit."):
+        return "a DeiT's name: pass its DeiT config (model_type='deit')"
     return next((why for prefix, why in _WHY_NOT.items() if inner.startswith(prefix)), "")
 
 
@@ -401,7 +320,8 @@ def to_hf_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
 
     The inverse of :func:`from_hf_state_dict`, for the names of files on the Hub: ``qkv`` is split
     back into query, key and value. Only models that Hugging Face's ViT can express convert: a
-    class token, learned positions, class-token pooling.
+    class token, learned positions, class-token pooling, a patch embedding. A distilled model
+    gets the names of a ``DeiTForImageClassificationWithTeacher``.
 
     Raises:
         TypeError: ``model`` is not a ``VisionTransformer``.
@@ -419,26 +339,30 @@ def to_hf_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
     if not isinstance(model, VisionTransformer):
         raise TypeError(f"model must be a vitbook VisionTransformer, got {type(model).__name__}.")
     cfg = model.config
-    if not (cfg.class_token and cfg.pos_embed == "learned" and cfg.pool == "cls"):
+    if not (
+        cfg.class_token and cfg.pos_embed == "learned" and cfg.pool == "cls"
+        and cfg.stem == "patch"
+    ):  # fmt: skip
         raise ValueError(
-            "a Hugging Face ViT has a class token, learned positions and class-token pooling; "
-            f"this model has class_token={cfg.class_token}, pos_embed={cfg.pos_embed!r}, "
-            f"pool={cfg.pool!r}."
+            "a Hugging Face ViT has a class token, learned positions, class-token pooling and "
+            f"a patch embedding; this model has class_token={cfg.class_token}, "
+            f"pos_embed={cfg.pos_embed!r}, pool={cfg.pool!r}, stem={cfg.stem!r}."
         )
+    prefix, tops, heads = _names("deit" if cfg.distilled else "vit")
     out: dict[str, torch.Tensor] = {}
     for name, tensor in model.state_dict().items():
         tensor = tensor.detach()
-        if name in _HF_HEAD:
-            out[_HF_HEAD[name]] = tensor
-        elif name in _HF_TOP:
-            out["vit." + _HF_TOP[name]] = tensor
+        if name in heads:
+            out[heads[name]] = tensor
+        elif name in tops:
+            out[prefix + tops[name]] = tensor
         else:
             _, index, rest = name.split(".", 2)  # blocks.{i}.attn.qkv.weight
-            prefix = f"vit.encoder.layer.{index}."
+            layer = f"{prefix}encoder.layer.{index}."
             module, suffix = rest.rsplit(".", 1)
             if module == "attn.qkv":
                 for part, chunk in zip("qkv", tensor.chunk(3), strict=True):
-                    out[prefix + _HF_BLOCK[f"attn.{part}"][0] + "." + suffix] = chunk.clone()
+                    out[layer + _HF_BLOCK[f"attn.{part}"][0] + "." + suffix] = chunk.clone()
             else:
-                out[prefix + _HF_BLOCK[module][0] + "." + suffix] = tensor
+                out[layer + _HF_BLOCK[module][0] + "." + suffix] = tensor
     return out

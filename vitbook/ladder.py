@@ -363,11 +363,13 @@ def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[st
     vit.eval()
     config = vit.config
     _, attentions = vit.forward_with_attention(normalize(images))  # L x (B, Nh, N, N)
+    prefix = config.num_prefix_tokens  # 2 for a distilled ViT: class, distillation
     distances = torch.stack(
-        [mean_attention_distance(a, config.grid_size, config.patch_size) for a in attentions]
-    )  # (L, Nh)
+        [mean_attention_distance(a, config.grid_size, config.patch_size,
+                                 num_prefix_tokens=prefix) for a in attentions]
+    )  # (L, Nh)  # fmt: skip
     rollout = attention_rollout([a[:maps] for a in attentions])  # (maps, N, N)
     return {
-        "rollout_maps": cls_rollout_map(rollout, config.grid_size).cpu(),
+        "rollout_maps": cls_rollout_map(rollout, config.grid_size, num_prefix_tokens=prefix).cpu(),
         "mean_attention_distance": distances.cpu(),
     }

@@ -254,6 +254,12 @@ def _check_model(model: object) -> None:
             f"img_size={cfg.img_size}, in_chans={cfg.in_chans}, num_classes={cfg.num_classes}; "
             "use a digits model such as load_digits_vit()."
         )
+    if cfg.distilled or cfg.stem != "patch":
+        raise ValueError(
+            f"the playground's page script runs the ViT of the book's first chapters: one "
+            f"class token and a patch embedding, got distilled={cfg.distilled}, "
+            f"stem={cfg.stem!r}; use a digits model such as load_digits_vit()."
+        )
     if cfg.pos_embed not in SUPPORTED_POS_EMBEDS:
         raise ValueError(
             f"pos_embed={cfg.pos_embed!r} is not supported: the page's forward pass adds a "

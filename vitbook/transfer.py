@@ -98,7 +98,8 @@ class Frozen:
 def freeze_body(model: VisionTransformer) -> Frozen:
     """Leave only the classification head trainable: the model becomes a linear probe.
 
-    Every parameter outside ``model.head`` gets ``requires_grad=False``, so
+    Every parameter outside ``model.head`` (and ``model.head_dist`` of a distilled model)
+    gets ``requires_grad=False``, so
     :func:`vitbook.train.fit` (which trains only parameters that require gradients) changes the
     head alone, and the backward pass stops at it. The frozen body still runs in train mode
     under ``fit``; with the book's models (no dropout) that changes nothing. Undo it with
@@ -141,7 +142,7 @@ def freeze_body(model: VisionTransformer) -> Frozen:
     frozen, trainable = [], []
     frozen_numbers = trainable_numbers = 0
     for name, parameter in model.named_parameters():
-        if name.startswith("head."):
+        if name.startswith(("head.", "head_dist.")):
             parameter.requires_grad_(True)
             trainable.append(name)
             trainable_numbers += parameter.numel()

@@ -40,6 +40,7 @@ from vitbook.plotting.cost import (
     plot_axial_crossover,
 )
 from vitbook.plotting.data_experiments import plot_data_hunger
+from vitbook.plotting.distillation import plot_distance_by_setting, plot_distillation
 from vitbook.plotting.experiments import (
     plot_patch_size_experiment,
     plot_position_experiment,
@@ -106,6 +107,8 @@ __all__ = [
     "plot_confusion",
     "plot_cost_by_part",
     "plot_data_hunger",
+    "plot_distance_by_setting",
+    "plot_distillation",
     "plot_digits_by_class",
     "plot_filter_components",
     "plot_gradient_through_depth",

@@ -1,0 +1,190 @@
+"""The distillation miniature: its settings, one run, its records and the script that writes them.
+
+Runs are shortened to one epoch (the recipe is patched), so that each takes a second or two.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitbook import distill_digits
+from vitbook.baselines import DigitsCNN
+from vitbook.distill_digits import (
+    RESULTS_PATH,
+    SETTINGS,
+    STUDENT,
+    TEACHERS,
+    build,
+    load_results,
+    run_one,
+    summary,
+)
+from vitbook.vit import VisionTransformer
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_distillation.py"
+
+
+@pytest.fixture
+def one_epoch(monkeypatch):
+    monkeypatch.setitem(distill_digits.RECIPE, "epochs", 1)
+    monkeypatch.setitem(distill_digits.RECIPE, "warmup_epochs", 0)
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("run_distillation", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_settings_build_the_models_they_name():
+    assert set(TEACHERS.values()) <= set(SETTINGS)
+    assert isinstance(build(SETTINGS["CNN teacher"]), DigitsCNN)
+    scratch, student = build(SETTINGS["ViT, scratch"]), build(SETTINGS["hard, CNN teacher"])
+    stem = build(SETTINGS["conv stem"])
+    assert isinstance(scratch, VisionTransformer) and not scratch.config.distilled
+    assert student.config.distilled and student.config.num_prefix_tokens == 2
+    assert stem.config.stem == "conv" and not stem.config.distilled
+    # Only the named parts differ from the student's architecture.
+    for model in (scratch, student, stem):
+        fields = {k: getattr(model.config, k) for k in STUDENT if k != "img_size"}
+        assert fields == {k: v for k, v in STUDENT.items() if k != "img_size"}
+    assert not build(SETTINGS["hard, class token only"]).config.distilled
+
+
+def test_one_distilled_run_trains_its_teacher_and_measures_everything(one_epoch):
+    teachers = {}
+    model, run = run_one("hard, CNN teacher", seed=3, teachers=teachers)
+    assert set(teachers) == {"cnn"} and not teachers["cnn"].training
+    assert model.config.distilled and not model.training
+    for key in ("validation_accuracy", "test_accuracy", "class_head_accuracy",
+                "distillation_head_accuracy", "head_agreement", "teacher_agreement"):
+        assert 0.0 <= run[key] <= 1.0, key
+    assert -1.0 <= run["token_cosine"] <= 1.0 and -1.0 <= run["final_token_cosine"] <= 1.0
+    distances = run["attention_distance"]
+    assert len(distances) == 2 and all(len(layer) == 4 for layer in distances)
+    # Distances in pixels on a 4 x 4 grid of 2-pixel patches: at most the diagonal, 6 sqrt(2).
+    assert all(0.0 <= d <= 6 * 2**0.5 for layer in distances for d in layer)
+    assert run["parameters"] == sum(p.numel() for p in model.parameters())
+    assert run["macs"] > 0 and run["seed"] == 3
+
+
+def test_a_run_repeats_exactly(one_epoch):
+    _, first = run_one("ViT, scratch", seed=1)
+    _, again = run_one("ViT, scratch", seed=1)
+    for key in ("validation_accuracy", "test_accuracy", "teacher_agreement"):
+        assert first[key] == again[key], key
+    assert first["attention_distance"] == again["attention_distance"]
+
+
+def test_summary_and_load_results(tmp_path):
+    from vitbook.records import ResultsFileError
+
+    results = {"runs": {"a": [{"validation_accuracy": 0.5}, {"validation_accuracy": 0.7}],
+                        "b": [{"validation_accuracy": 0.9}]}}  # fmt: skip
+    table = summary(results)
+    assert table["a"]["mean"] == pytest.approx(0.6) and table["b"]["std"] == 0.0
+    assert table["a"]["std"] == pytest.approx(0.1414, abs=1e-4)
+    with pytest.raises(FileNotFoundError, match="run_distillation.py --write-assets"):
+        load_results(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ResultsFileError, match="is not valid JSON"):
+        load_results(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text(json.dumps({"experiments": {}}))
+    with pytest.raises(ResultsFileError, match="holds no 'runs' of settings"):
+        load_results(tmp_path / "other.json")
+
+
+def test_the_script_never_writes_a_shipped_file_by_default(tmp_path, monkeypatch):
+    from vitbook.records import ShippedFileError
+
+    run_distillation = script()
+    monkeypatch.setenv("VITBOOK_PROGRESS", "0")  # main() sets it; undone after the test
+    monkeypatch.setattr(sys, "argv", ["run_distillation.py", "--out", str(RESULTS_PATH)])
+    with pytest.raises(ShippedFileError, match="pass --write-assets"):
+        run_distillation.main()
+    monkeypatch.setattr(sys, "argv", ["run_distillation.py", "--out", str(tmp_path)])
+    with pytest.raises(ValueError, match="is a folder"):
+        run_distillation.main()
+
+
+def test_the_script_records_with_provenance_and_merges_disjoint_parts(tmp_path, one_epoch):
+    run_distillation = script()
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    run_distillation.run(["CNN teacher"], [0], first)
+    run_distillation.run(["conv stem"], [0], second)
+    part = load_results(first)
+    provenance = part["provenance"][0]
+    for key in ("command", "git_commit", "torch", "cpu", "cpu_capability", "seeds",
+                "wall_seconds"):
+        assert key in provenance
+    assert part["fraction"] == distill_digits.FRACTION and part["recipe"]["epochs"] == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp files
+    umask = os.umask(0)
+    os.umask(umask)
+    assert first.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0o600
+    merged = tmp_path / "ab.json"
+    run_distillation.merge([first, second], merged)
+    joined = load_results(merged)
+    assert list(joined["runs"]) == ["CNN teacher", "conv stem"]
+    assert len(joined["provenance"]) == 2
+    with pytest.raises(SystemExit, match="repeats the settings"):
+        run_distillation.merge([first, first], tmp_path / "twice.json")
+
+
+def test_the_teacher_agreement_is_measured_against_the_cnn_teacher(one_epoch):
+    teachers = {}
+    model, run = run_one("ViT, scratch", seed=2, teachers=teachers)
+    from vitbook.data import load_digits_split
+    from vitbook.train import predict
+
+    x_val = load_digits_split(validation=True)[2]
+    same = predict(model, x_val).argmax(1) == predict(teachers["cnn"], x_val).argmax(1)
+    assert run["teacher_agreement"] == pytest.approx(same.float().mean().item(), abs=1e-6)
+    assert torch.is_tensor(same)
+
+
+def test_a_saved_teacher_loads_with_its_weights_and_refuses_another_cnn(tmp_path):
+    from safetensors.torch import save_file
+
+    from vitbook.distill_digits import load_teacher, save_teacher
+
+    torch.manual_seed(0)
+    teacher = build(SETTINGS["CNN teacher"])
+    path = tmp_path / "teacher.safetensors"
+    save_teacher(teacher, path, seed="0")
+    loaded = load_teacher(path)
+    assert not loaded.training
+    images = torch.rand(3, 1, 8, 8)
+    torch.testing.assert_close(loaded(images), teacher.eval()(images), rtol=0, atol=0)
+    wide = DigitsCNN()  # the training chapter's widths, not the miniature's
+    save_file({k: v.contiguous() for k, v in wide.state_dict().items()},
+              str(tmp_path / "wide.safetensors"), metadata={"channels": "[32, 64, 160]"})
+    with pytest.raises(ValueError, match=r"channels \[32, 64, 160\], not the miniature's"):
+        load_teacher(tmp_path / "wide.safetensors")
+    with pytest.raises(TypeError, match="must be a DigitsCNN"):
+        save_teacher(torch.nn.Linear(2, 2), path)
+
+
+def test_the_shipped_recording_is_complete_and_says_how_it_was_made():
+    results = load_results()
+    assert list(results["runs"]) == list(SETTINGS)
+    assert all([run["seed"] for run in runs] == [0, 1, 2, 3, 4]
+               for runs in results["runs"].values())  # fmt: skip
+    assert results["fraction"] == distill_digits.FRACTION
+    assert results["student"] == STUDENT and results["settings"] == SETTINGS
+    provenance = results["provenance"][0]
+    assert provenance["command"] == "python scripts/run_distillation.py --write-assets"
+    assert len(provenance["git_commit"]) == 40 and not provenance["uncommitted_changes"]
+    for label, runs in results["runs"].items():
+        vit = label != "CNN teacher"
+        assert all(("attention_distance" in run) == vit for run in runs), label
+        distilled = SETTINGS[label].get("distilled", False)
+        assert all(("head_agreement" in run) == distilled for run in runs), label

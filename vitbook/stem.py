@@ -1,0 +1,201 @@
+"""A convolutional stem: a few strided 3 x 3 convolutions in place of the patch embedding.
+
+The ViT's patch embedding is one convolution with kernel = stride = P: each token sees its own
+P x P pixels and nothing else. Xiao et al. (2021, "Early convolutions help transformers see
+better") replace it by a small stack of stride-2 3 x 3 convolutions, each followed by a norm and
+a non-linearity, and a final 1 x 1 convolution to the width D. After log2(P) halvings the stem
+ends on the same Gh x Gw grid of D-dimensional tokens, so the rest of the ViT is unchanged, but
+neighbouring tokens now share pixels and every token is a small CNN's output::
+
+    (B, C, H, W) -> [3x3 conv, stride 2, LayerNorm, GELU] x log2(P) -> 1x1 conv -> (B, Gh*Gw, D)
+
+The widths double at each halving and end at D, as in the paper and in timm's ``ConvStem``
+(for P = 16 and D = 192: 24, 48, 96, 192). ``depth`` above log2(P) puts stride-1 3 x 3
+convolutions in front at the first width: with P = 2 (the digits) Xiao's recipe gives a single
+3 x 3 convolution, and a second one lets the stem see 5 x 5 pixels per token.
+
+Two choices differ from the paper, which uses BatchNorm and ReLU: the norm is a LayerNorm over
+the channels at each pixel and the non-linearity GELU, the transformer's own. A LayerNorm keeps
+no running statistics, so the stem computes the same thing in train and eval mode, for a batch of
+one as for a batch of 1,024, and the state dict holds only parameters. The paper also removes
+one transformer block so that the stem's extra computation is paid for; :func:`embedding_cost`
+measures parameters and multiply-accumulates (MACs) so that a caller can decide.
+
+See chapter: Can a ViT beat the CNN that taught it?
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from vitbook import _checks
+from vitbook.patches import PatchEmbedding
+
+__all__ = ["ConvPatchEmbedding", "conv_stem_layers", "embedding_cost"]
+
+
+def conv_stem_layers(
+    patch_size: int, embed_dim: int, depth: int | None = None
+) -> list[tuple[int, int]]:
+    """The stem's 3 x 3 convolutions as ``(out_channels, stride)``, first to last.
+
+    log2(P) convolutions of stride 2 whose widths double up to D (``D // 2**(k-1-i)`` for the
+    i-th of k), preceded by ``depth - log2(P)`` stride-1 convolutions at the first width.
+
+    Raises:
+        ValueError: P not a power of 2 (at least 2), ``depth`` below log2(P), or D too narrow
+            to halve log2(P) - 1 times.
+
+    Example:
+        >>> conv_stem_layers(16, 192)
+        [(24, 2), (48, 2), (96, 2), (192, 2)]
+        >>> conv_stem_layers(2, 32, depth=2)
+        [(32, 1), (32, 2)]
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    _checks.positive_int("patch_size", patch_size)
+    _checks.positive_int("embed_dim", embed_dim)
+    if patch_size < 2 or patch_size & (patch_size - 1):
+        raise ValueError(
+            f"a convolutional stem halves the image log2(P) times with stride-2 convolutions, "
+            f"so patch_size must be a power of 2 (2, 4, 8, 16, ...), got {patch_size}; "
+            "use stem='patch' for other patch sizes."
+        )
+    halvings = int(math.log2(patch_size))
+    if depth is None:
+        depth = halvings
+    _checks.integer("stem_depth", depth, minimum=halvings,
+                    fix=f"a stem for patch_size={patch_size} needs {halvings} stride-2 "
+                        "convolutions; use None for exactly that many")  # fmt: skip
+    if embed_dim < 2 ** (halvings - 1):
+        raise ValueError(
+            f"embed_dim={embed_dim} is too narrow for a stem whose widths double "
+            f"{halvings - 1} times up to it; use embed_dim >= {2 ** (halvings - 1)}."
+        )
+    widths = [embed_dim // 2 ** (halvings - 1 - i) for i in range(halvings)]
+    return [(widths[0], 1)] * (depth - halvings) + [(w, 2) for w in widths]
+
+
+class _ConvNormAct(nn.Module):
+    """3 x 3 convolution (no bias: the norm follows), LayerNorm over channels, GELU."""
+
+    def __init__(self, in_chans: int, out_chans: int, stride: int, norm_eps: float) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_chans, out_chans, 3, stride=stride, padding=1, bias=False)
+        self.norm = nn.LayerNorm(out_chans, eps=norm_eps)
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = rearrange(self.conv(x), "b c h w -> b h w c")  # channels last, for the LayerNorm
+        return rearrange(self.act(self.norm(x)), "b h w c -> b c h w")
+
+
+class ConvPatchEmbedding(nn.Module):
+    """A convolutional stem with the interface of :class:`vitbook.PatchEmbedding`.
+
+    Args:
+        img_size: (H, W) the module is built for, or one int for square images.
+        patch_size: P, a power of 2; the stem halves the image log2(P) times.
+        in_chans: C.
+        embed_dim: D.
+        depth: number of 3 x 3 convolutions; None for log2(P) (Xiao et al.), more adds stride-1
+            convolutions in front (see :func:`conv_stem_layers`).
+        norm_eps: the LayerNorms' epsilon.
+
+    Names: ``stem.{i}.conv`` / ``stem.{i}.norm`` for the 3 x 3 layers, ``proj`` for the final
+    1 x 1 convolution (with bias), which plays the role of the patch embedding's ``proj``.
+
+    Shapes:
+        forward: (B, C, H, W) -> (B, Gh * Gw, D), tokens in row-major grid order.
+
+    Raises:
+        ValueError / TypeError: as :class:`vitbook.PatchEmbedding` (sizes, channels, dtype,
+            device; values are not checked here), and a P that is not a power of 2.
+
+    Example:
+        >>> stem = ConvPatchEmbedding(img_size=(32, 48), patch_size=4, in_chans=3, embed_dim=16)
+        >>> [tuple(layer.conv.weight.shape) for layer in stem.stem]
+        [(8, 3, 3, 3), (16, 8, 3, 3)]
+        >>> stem.grid_size, stem(torch.randn(2, 3, 32, 48)).shape
+        ((8, 12), torch.Size([2, 96, 16]))
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+
+    def __init__(
+        self,
+        img_size: int | tuple[int, int],
+        patch_size: int,
+        in_chans: int,
+        embed_dim: int,
+        *,
+        depth: int | None = None,
+        norm_eps: float = 1e-6,
+    ) -> None:
+        super().__init__()
+        self.img_size = _checks.pair("img_size", img_size)
+        self.patch_size = _checks.positive_int("patch_size", patch_size)
+        self.in_chans = _checks.positive_int("in_chans", in_chans)
+        layers = conv_stem_layers(patch_size, embed_dim, depth)
+        _checks.multiple_of("img_size height", self.img_size[0], "patch_size", patch_size)
+        _checks.multiple_of("img_size width", self.img_size[1], "patch_size", patch_size)
+        self.grid_size = (self.img_size[0] // patch_size, self.img_size[1] // patch_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        widths = [in_chans] + [width for width, _ in layers]
+        self.stem = nn.Sequential(
+            *(
+                _ConvNormAct(c_in, c_out, stride, norm_eps)
+                for c_in, (c_out, stride) in zip(widths[:-1], layers, strict=True)
+            )
+        )
+        self.proj = nn.Conv2d(widths[-1], embed_dim, kernel_size=1)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        _checks.patch_inputs(images, self.in_chans, self.img_size, self.proj.weight)
+        x = self.stem(images)  # (B, C', Gh, Gw): log2(P) halvings
+        x = self.proj(x)  # (B, D, Gh, Gw)
+        return rearrange(x, "b d gh gw -> b (gh gw) d")
+
+
+def embedding_cost(module: nn.Module, img_size: int | tuple[int, int]) -> dict[str, int]:
+    """Parameters and multiply-accumulates of one image through a patch embedding or stem.
+
+    MACs are counted by ``torch.utils.flop_counter.FlopCounterMode`` (which counts a
+    multiply-add as two floating-point operations) for one image, and halved.
+
+    Args:
+        module: a :class:`vitbook.PatchEmbedding` or :class:`ConvPatchEmbedding` (for a model,
+            ``model.patch_embed``).
+        img_size: (H, W) of the image, or one int.
+
+    Returns:
+        ``{"parameters": ..., "macs": ...}``.
+
+    Example:
+        >>> embed = PatchEmbedding(img_size=8, patch_size=2, in_chans=1, embed_dim=32)
+        >>> embedding_cost(embed, 8)  # 16 patches x 4 pixels x 32 outputs
+        {'parameters': 160, 'macs': 2048}
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if not isinstance(module, (PatchEmbedding, ConvPatchEmbedding)):
+        raise TypeError(
+            f"module must be a PatchEmbedding or ConvPatchEmbedding, got "
+            f"{type(module).__name__}; pass model.patch_embed."
+        )
+    h, w = _checks.pair("img_size", img_size)
+    weight = module.proj.weight
+    image = torch.zeros(1, module.in_chans, h, w, dtype=weight.dtype, device=weight.device)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        module(image)
+    return {
+        "parameters": sum(p.numel() for p in module.parameters()),
+        "macs": counter.get_total_flops() // 2,
+    }
