@@ -44,6 +44,9 @@ __all__ = [
 Box = tuple[int, int, int, int]  # x0, y0, x1, y1 in pixels from the top left; x1, y1 excluded
 MIN_GAP = 4  # pixels: a gap narrower than this is not a place to cut
 PAD = 4  # pixels of background kept on either side of a piece's ink
+# The text column of the book in a phone's 390 px window is 358 CSS px: 716 pixels of a frame
+# drawn at 2 pixels per CSS px. Pieces up to this wide need not be cut further.
+NARROW = 716
 
 
 @dataclass(frozen=True)
@@ -110,46 +113,52 @@ def ink(rgb: np.ndarray) -> np.ndarray:
     return (rgb != 255).any(axis=-1)
 
 
-def element_boxes(fig: Figure, renderer: object) -> list[Box]:
+def element_boxes(fig: Figure, renderer: object, *, narrow: int = NARROW) -> list[Box]:
     """The boxes that no cut may cross, in the pixels of ``fig`` as ``renderer`` (the canvas's)
     last drew it, from the top left.
 
-    Each visible axes with everything drawn around it (its tight box), merged with its colour
-    bar when it has one, and each text, legend or other artist of the figure itself.
+    Each visible axes with everything drawn around it (its tight box), and each text, legend or
+    other artist of the figure itself. A colour bar stays with its axes when the two together
+    fit in ``narrow`` pixels; a wider pair may be cut, the colour bar then wrapping under its
+    map in a narrow column.
     """
     height = fig.bbox.height
-    boxes: dict[object, list] = {}
+
+    def box(extent) -> Box:
+        return (
+            int(np.floor(extent.x0)), int(np.floor(height - extent.y1)),
+            int(np.ceil(extent.x1)), int(np.ceil(height - extent.y0)),
+        )  # fmt: skip
+
+    found: dict[object, Box] = {}
+    colorbars = []
     for ax in fig.axes:
-        if not ax.get_visible():
-            continue
-        extent = ax.get_tightbbox(renderer)
+        extent = ax.get_tightbbox(renderer) if ax.get_visible() else None
         if extent is None or extent.width <= 0 or extent.height <= 0:
             continue
-        colorbar = getattr(ax, "_colorbar", None)
-        parent = getattr(getattr(colorbar, "mappable", None), "axes", None)
-        owner = parent if parent is not None and parent in fig.axes else ax
-        boxes.setdefault(owner, []).append(extent)
-    others = [a for a in fig.get_children() if a is not fig.patch and a not in fig.axes]
-    for artist in others:
-        if not artist.get_visible() or (hasattr(artist, "get_text") and not artist.get_text()):
+        found[ax] = box(extent)
+        parent = getattr(getattr(getattr(ax, "_colorbar", None), "mappable", None), "axes", None)
+        if parent is not None and parent is not ax:
+            colorbars.append((ax, parent))
+    for artist in fig.get_children():
+        if artist is fig.patch or artist in fig.axes or not artist.get_visible():
+            continue
+        if hasattr(artist, "get_text") and not artist.get_text():
             continue
         extent = artist.get_window_extent(renderer)
         if extent.width > 0 and extent.height > 0:
-            boxes.setdefault(artist, []).append(extent)
-    found = []
-    for extents in boxes.values():
-        x0 = min(e.x0 for e in extents)
-        x1 = max(e.x1 for e in extents)
-        top = max(e.y1 for e in extents)
-        bottom = min(e.y0 for e in extents)
-        found.append(
-            (int(np.floor(x0)), int(np.floor(height - top)), int(np.ceil(x1)),
-             int(np.ceil(height - bottom)))
-        )  # fmt: skip
-    return found
+            found[artist] = box(extent)
+    for colorbar, parent in colorbars:
+        if colorbar in found and parent in found:
+            a, b = found[colorbar], found[parent]
+            joined = (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+            if joined[2] - joined[0] <= narrow:
+                found[parent] = joined
+                del found[colorbar]
+    return list(found.values())
 
 
-def plan(inked: np.ndarray, boxes: list[Box], *, narrow: int = 716) -> Plan:
+def plan(inked: np.ndarray, boxes: list[Box], *, narrow: int = NARROW) -> Plan:
     """Cut a figure into pieces along lines that cross no box and no ink.
 
     The figure's blank border is left out. Side by side pieces that together are no wider than
