@@ -724,7 +724,7 @@ def test_the_javascript_ships_as_package_data():
 @pytest.mark.book
 @pytest.mark.xdist_group("book")
 def test_the_chapter_page_runs_the_playground(built_book, browser, models, test_digits):
-    path = built_book / "book" / "inside_vit.html"
+    path = built_book / "book" / "attention_rollout.html"
     page = browser.new_page()
     errors, requests = [], []
     page.on("pageerror", lambda error: errors.append(str(error)))

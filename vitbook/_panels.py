@@ -47,6 +47,7 @@ PAD = 4  # pixels of background kept on either side of a piece's ink
 # The text column of the book in a phone's 390 px window is 358 CSS px: 716 pixels of a frame
 # drawn at 2 pixels per CSS px. Pieces up to this wide need not be cut further.
 NARROW = 716
+WHITE_ENOUGH = 252  # a palette colour this close to white in every channel is shown as white
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,8 @@ class Drawn:
 
 
 def ink(rgb: np.ndarray) -> np.ndarray:
-    """(H, W) bool: the pixels of a frame (H, W, 3) that differ from its white background."""
-    return (rgb != 255).any(axis=-1)
+    """(H, W) bool: the pixels of a frame (H, W, 3) uint8 that differ from its white background."""
+    return np.bitwise_and.reduce(rgb, axis=-1) != 255
 
 
 def element_boxes(fig: Figure, renderer: object, *, narrow: int = NARROW) -> list[Box]:
@@ -297,13 +298,14 @@ def encode(rgb: np.ndarray) -> bytes:
         256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE
     )
     indices = np.asarray(quantised)
-    used, compact = np.unique(indices, return_inverse=True)
+    used = np.flatnonzero(np.bincount(indices.ravel(), minlength=256))
+    compact = np.zeros(256, np.uint8)
+    compact[used] = np.arange(len(used))  # old palette index -> new
     palette = np.asarray(quantised.getpalette()[: 3 * 256], np.uint8).reshape(-1, 3).copy()
-    white = ~ink(rgb)
-    if white.any():  # the background stays the page's white (the quantiser rounds it to 254)
-        palette[np.bincount(indices[white]).argmax()] = 255
+    # The quantiser rounds the white background to (254, 254, 254): back to the page's white.
+    palette[(palette >= WHITE_ENOUGH).all(axis=1)] = 255
     height, width = indices.shape
-    picture = Image.frombytes("P", (width, height), compact.astype(np.uint8).tobytes())
+    picture = Image.frombytes("P", (width, height), compact[indices].tobytes())
     picture.putpalette(palette[used].tobytes())
     buffer = io.BytesIO()
     picture.save(buffer, format="PNG", optimize=True)

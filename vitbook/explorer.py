@@ -326,9 +326,12 @@ class Explorer:
         """One frame as an RGB array (H, W, 3) of uint8, exactly what ``png`` would encode."""
         return self._draw(indices)[0]
 
-    def _draw(self, indices: tuple[int, ...]) -> tuple[np.ndarray, list[_panels.Box]]:
+    def _draw(
+        self, indices: tuple[int, ...], boxes: bool = False
+    ) -> tuple[np.ndarray, list[_panels.Box]]:
         """One frame drawn straight into an RGB array, as ``savefig(dpi=..., facecolor="white")``
-        would (no PNG is encoded), and the boxes of its panels (``_panels.element_boxes``)."""
+        would (no PNG is encoded), and, with ``boxes``, the boxes of its panels
+        (``_panels.element_boxes``, which costs about half a drawing again)."""
         import matplotlib.pyplot as plt
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -338,9 +341,9 @@ class Explorer:
         fig.patch.set_facecolor("white")
         canvas.draw()
         rgb = np.array(canvas.buffer_rgba())[..., :3]
-        boxes = _panels.element_boxes(fig, canvas.get_renderer())
+        found = _panels.element_boxes(fig, canvas.get_renderer()) if boxes else []
         plt.close(fig)
-        return rgb, boxes
+        return rgb, found
 
     def _figure(self, indices: tuple[int, ...]) -> Figure:
         fig = self.plot_fn(**self.values(indices))
@@ -407,9 +410,11 @@ class Explorer:
     def pictures(self, workers: int | None = None) -> _panels.Pictures:
         """Every frame, cut into one picture per panel (:mod:`vitbook._panels`), as PNGs.
 
-        Each frame is drawn once; the cuts are the lines that cross no panel and no ink in any
-        frame. A piece that looks the same in several frames (the photo beside an attention map
-        that changes with the head) is stored once.
+        Each frame is drawn once. The cuts are the lines that cross no ink in any frame and no
+        panel of the default frame (a figure keeps its layout from frame to frame, and
+        measuring every frame's panels would cost half a drawing each). A piece that looks the
+        same in several frames (the photo beside an attention map that changes with the head)
+        is stored once.
 
         Args:
             workers: processes that draw frames side by side; ``None`` reads the environment
@@ -506,7 +511,9 @@ def _in_workers(payload: object, function: Callable, items: object, workers: int
 
 
 def _draw_forked_frame(indices: tuple[int, ...]) -> _panels.Drawn:
-    return _panels.Drawn.of(*_FORKED._draw(indices))
+    explorer = _FORKED
+    default = tuple(p.default for p in explorer.params)
+    return _panels.Drawn.of(*explorer._draw(indices, boxes=indices == default))
 
 
 def _cut_forked_frame(index: int) -> list[tuple[bytes, bytes]]:
