@@ -34,6 +34,9 @@ from vitbook.plotting.style import CSS_PX_PER_INCH, MIN_FONT_SIZE
 pytestmark = [pytest.mark.book, pytest.mark.xdist_group("book")]
 
 SCREENSHOTS = BUILD_DIR / "screenshots"
+# A whole page is a picture of up to 1280 x 30,000 px: as a JPEG it takes about half the time of
+# a PNG to write (for people to look at; no test reads it back).
+WHOLE_PAGE = {"type": "jpeg", "quality": 80}
 PAGE_LIMIT_BYTES = 5_000_000  # BOOK.md: keep a page under 5 MB
 LOCAL_SCHEMES = {"file", "data", "blob", "about"}
 REDIRECT = re.compile(r'http-equiv="refresh" content="\d+; ?url=(?P<target>[^"]+)"', re.IGNORECASE)
@@ -442,7 +445,7 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     math = page.evaluate(MATH)
     height = page.evaluate(PAGE_HEIGHT)
     stem = name.removesuffix(".html").replace("/", "--")
-    page.screenshot(path=SCREENSHOTS / f"{stem}.png", full_page=True)
+    page.screenshot(path=SCREENSHOTS / f"{stem}.jpeg", full_page=True, **WHOLE_PAGE)
     explorers = page.locator(EXPLORER)
     count = explorers.count()
     for e in range(count):
@@ -458,7 +461,7 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     phone_layout = page.evaluate(LAYOUT)
     phone_reading = page.evaluate(PHONE_READING)
     phone_reading["shadows"] = edge_shadows(page)
-    page.screenshot(path=SCREENSHOTS / f"{stem}--phone.png", full_page=True)
+    page.screenshot(path=SCREENSHOTS / f"{stem}--phone.jpeg", full_page=True, **WHOLE_PAGE)
     outside = {}
     for e in range(count):  # every control again, in a phone's window
         root = explorers.nth(e)
