@@ -211,7 +211,11 @@ def execute_notebook(notebook: Path, *, wait: bool = True) -> Execution | None:
             "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={CELL_TIMEOUT_S}",
             "-p", "no:cacheprovider", "-p", "nbval_outputs", "-q",
         ]  # fmt: skip
-        path = os.pathsep.join(p for p in (str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p)
+        # The package under test first (an installed copy may belong to another checkout), then
+        # the plugin that keeps the outputs.
+        path = os.pathsep.join(
+            p for p in (str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p
+        )
         env = {
             **kernel_env(),
             "MPLBACKEND": "Agg",
