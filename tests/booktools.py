@@ -148,6 +148,7 @@ def explorer_frames(html: str) -> tuple[dict[str, tuple[str, ...]], str]:
         re.search(r'<script type="application/json" class="vbx-frames">(.*?)</script>', html)[1]
     )
     first = re.search(r'<div class="vitbook-explorer" data-key="([\d,]*)"', html)[1]
+    assert stored["first"] == first, "the figure starts at the default frame"
     shown = re.findall(r'<img class="vbx-piece" data-piece="(\d+)" src="([^"]+)"', html)
     assert [int(k) for k, _ in shown] == list(range(len(stored["pieces"]))), "one <img> a piece"
     pieces = [list(variants) for variants in stored["pieces"]]

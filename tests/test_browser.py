@@ -53,7 +53,7 @@ STATE = """root => ({
 STORED_FRAMES = """root => {
   const stored = JSON.parse(root.querySelector("script.vbx-frames").textContent);
   const pieces = Array.from(root.querySelectorAll("img.vbx-piece"));
-  const first = stored.frames[root.getAttribute("data-key")];
+  const first = stored.frames[root.getAttribute("data-key")];  // before any control moved
   pieces.forEach((img, k) => { stored.pieces[k][first[k]] = img.getAttribute("src"); });
   const frames = {};
   for (const [key, chosen] of Object.entries(stored.frames)) {
@@ -164,7 +164,15 @@ PHONE_READING = """() => {
       frame: frame ? frame.className : null,
     };
   });
-  return {images: images, smallest_html_text: smallestHtmlText, scrolling: scrolling};
+  // Result tables (vitbook.tables.Table): how far each reaches past the column, if at all.
+  const column = article.getBoundingClientRect().right;
+  const tables = Array.from(article.querySelectorAll("table.vb-table"), table => ({
+    text: table.textContent.trim().slice(0, 40),
+    over: Math.max(table.getBoundingClientRect().right - column,
+                   table.scrollWidth - table.clientWidth),
+  }));
+  return {images: images, smallest_html_text: smallestHtmlText, scrolling: scrolling,
+          tables: tables};
 }"""
 # Scroll every box that scrolls sideways to its far end (or back to its start).
 SCROLL_BOXES = """(end) => {
@@ -240,14 +248,16 @@ def local_path(url: str) -> Path | None:
     return Path(unquote(parts.path)) if parts.scheme == "file" else None
 
 
-def move_every_control(page, root, name: str, report: dict, window: dict | None = None) -> list:
+def move_every_control(
+    page, root, name: str, report: dict, frames: dict, window: dict | None = None
+) -> list:
     """Move each control of one figure through all its values; check the picture each time.
 
-    With ``window`` (a phone's or a tablet's), also check that every picture a move changes
-    lies inside the window horizontally, so that the reader sees it change without panning;
-    return the pictures that did not.
+    ``frames`` are the figure's pictures by key (``STORED_FRAMES``, read before any control
+    moved). With ``window`` (a phone's or a tablet's), also check that every picture a move
+    changes lies inside the window horizontally, so that the reader sees it change without
+    panning; return the pictures that did not.
     """
-    frames = root.evaluate(STORED_FRAMES)
     controls = root.evaluate(CONTROLS)
     state = root.evaluate(STATE)
     assert state["ready"] == "true", f"{name}: the figure's script did not run"
@@ -448,9 +458,10 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     page.screenshot(path=SCREENSHOTS / f"{stem}.jpeg", full_page=True, **WHOLE_PAGE)
     explorers = page.locator(EXPLORER)
     count = explorers.count()
+    stored = [explorers.nth(e).evaluate(STORED_FRAMES) for e in range(count)]
     for e in range(count):
         root = explorers.nth(e)
-        move_every_control(page, root, f"{name} figure {e + 1}", report)
+        move_every_control(page, root, f"{name} figure {e + 1}", report, stored[e])
         root.scroll_into_view_if_needed()
         root.screenshot(path=SCREENSHOTS / f"{stem}--figure-{e + 1}.png")
     layout = page.evaluate(LAYOUT)
@@ -466,7 +477,7 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     for e in range(count):  # every control again, in a phone's window
         root = explorers.nth(e)
         outside["390"] = outside.get("390", []) + move_every_control(
-            page, root, f"{name} figure {e + 1}", report, window=PHONE
+            page, root, f"{name} figure {e + 1}", report, stored[e], window=PHONE
         )
         if e == 0:
             root.scroll_into_view_if_needed()
@@ -478,7 +489,7 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     page.wait_for_timeout(100)
     for e in range(count):  # and in a tablet's
         outside["768"] = outside.get("768", []) + move_every_control(
-            page, explorers.nth(e), f"{name} figure {e + 1}", report, window=TABLET
+            page, explorers.nth(e), f"{name} figure {e + 1}", report, stored[e], window=TABLET
         )
     menus["768"] = open_the_chapter_list(page, SCREENSHOTS / f"{stem}--tablet-menu.png")
     menus["768 followed"] = follow_a_chapter_link(page, toc_urls)
@@ -876,6 +887,16 @@ def test_what_scrolls_sideways_on_a_phone_says_so(browser_report):
     )
     assert equations >= 5, "some display equations are wider than a phone"
     assert figures >= 40, "the figures, drawn for 680 px, pan on a phone"
+
+
+def test_result_tables_fit_a_phone(browser_report):
+    """Every result table (vitbook.tables.Table) fits the column of a 390 px window: its cells
+    wrap instead of the table panning."""
+    chapters = chapter_pages(browser_report["pages"])
+    tables = {name: page["phone_reading"]["tables"] for name, page in chapters.items()}
+    wide = {n: [t for t in found if t["over"] > 1] for n, found in tables.items()}
+    assert not any(wide.values()), f"result tables wider than a phone's column: {wide}"
+    assert sum(map(len, tables.values())) >= 20, "the chapters show their results as tables"
 
 
 def test_the_script_uses_the_house_style_text_sizes():

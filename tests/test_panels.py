@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from vitbook import _panels
+from vitbook._static_page import render
 from vitbook.explorer import explore
 from vitbook.plotting.style import PNG_SCALE
 
@@ -110,16 +111,24 @@ def panels():
     return explore(two_panels, shift=range(5), shade=["C0", "C3"])
 
 
-def test_a_figure_of_two_panels_is_two_pictures_and_a_fixed_one_is_stored_once(panels):
+@pytest.fixture(scope="module")
+def drawn(panels):
+    """The figure's pictures and its static HTML, drawn once for the tests below."""
     pictures = panels.pictures(workers=1)
+    return pictures, render(panels.params, pictures, description=panels.description)
+
+
+def test_a_figure_of_two_panels_is_two_pictures_and_a_fixed_one_is_stored_once(drawn):
+    pictures, _ = drawn
     assert pictures.plan.tree == ("columns", [("piece", 0), ("piece", 1)])
     assert [len(variants) for variants in pictures.variants] == [1, 10]
     assert {chosen[0] for chosen in pictures.frames.values()} == {0}
 
 
-def test_the_pieces_of_a_frame_are_its_pixels(panels):
-    frames, first = explorer_frames(panels.to_html())
-    plan = panels.pictures(workers=1).plan
+def test_the_pieces_of_a_frame_are_its_pixels(panels, drawn):
+    pictures, html = drawn
+    frames, first = explorer_frames(html)
+    plan = pictures.plan
     for key in (first, "4,1"):
         rgb = panels.pixels(tuple(int(i) for i in key.split(",")))
         pieces = _panels.cut(plan, rgb)
@@ -132,9 +141,9 @@ def test_the_pieces_of_a_frame_are_its_pixels(panels):
             assert (shown[~_panels.ink(expected)] == 255).all()
 
 
-def test_the_html_lays_the_pieces_out_as_drawn(panels):
-    html = panels.to_html()
-    plan = panels.pictures(workers=1).plan
+def test_the_html_lays_the_pieces_out_as_drawn(drawn):
+    pictures, html = drawn
+    plan = pictures.plan
     x0 = plan.pieces[0].slot[0]
     x1 = plan.pieces[-1].slot[2]
     assert f'<div class="vbx-figure" style="width:{(x1 - x0) / PNG_SCALE:g}px">' in html

@@ -9,9 +9,10 @@ The output is one ``<div class="vitbook-explorer">`` that needs nothing from out
                         (stacked) and columns (side by side, wrapping onto the next line when
                         the column of text is narrower than they are), each piece an
                         <img vbx-piece> that shows the default frame's picture
-    <script json>       {"pieces": [[data URI, ...] per piece], "frames": {"i0,i1,...":
-                        [variant of each piece]}}, where ik is the index of the k-th
-                        parameter's value; the default frame's pictures are in the <img>s only
+    <script json>       {"first": the default frame's key, "pieces": [[data URI, ...] per
+                        piece], "frames": {"i0,i1,...": [variant of each piece]}}, where ik is
+                        the index of the k-th parameter's value; the default frame's pictures
+                        are in the <img>s only
     <script>            on every input or change, join the controls' indices into a key and show
                         that frame's pictures; ES5, no library, no request
 
@@ -50,7 +51,9 @@ def render(params: Sequence, pictures: Pictures, *, description: str) -> str:
     alts = [_alt(description, values, k, len(shown)) for k in range(len(shown))]
     figure = _node(pictures.plan, pictures.plan.tree, shown, alts)
     left, right = _region(pictures.plan, pictures.plan.tree)
-    stored = json.dumps({"pieces": uris, "frames": pictures.frames}, separators=(",", ":"))
+    stored = json.dumps(
+        {"first": key, "pieces": uris, "frames": pictures.frames}, separators=(",", ":")
+    )
     controls = "".join(_control(p) for p in params)
     return (
         f'<div class="vitbook-explorer" data-key="{key}" '
@@ -165,7 +168,7 @@ SCRIPT = """(function () {
     root.setAttribute("data-ready", "true");
     var stored = JSON.parse(root.querySelector("script.vbx-frames").textContent);
     var pieces = root.querySelectorAll("img.vbx-piece");
-    var first = stored.frames[root.getAttribute("data-key")];
+    var first = stored.frames[stored.first];
     for (var k = 0; k < pieces.length; k++) {
       stored.pieces[k][first[k]] = pieces[k].getAttribute("src");
     }

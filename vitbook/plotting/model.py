@@ -124,7 +124,7 @@ def plot_cost_by_part(
         >>> parts = {(s, p): {"MLP": s * 10**6 // p, "head": 10**6} for s, p in sizes}
         >>> fig = plot_cost_by_part(parts, 16, 4)
         >>> fig.axes[0].get_title()
-        '16 px, P = 4:\n0.005 GMACs per image'
+        '16 px, P = 4:\\n0.005 GMACs per image'
 
     See chapter: The full model.
     """
