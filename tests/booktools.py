@@ -1,22 +1,43 @@
-"""Helpers for the book tests: where things are, how to read the TOC, how to start kernels."""
+"""Helpers for the book tests: where things are, how to read the TOC, how to start kernels, and
+how a test run executes each notebook once.
+
+**One execution per notebook and test run.** nbval runs every notebook of the TOC
+(:func:`execute_notebook`), and the plugin ``tests/nbval_outputs.py`` writes each executed
+notebook, outputs and all, into a copy of the book's sources (``_build/source``), whose
+``_config.yml`` differs from the book's in one line: the notebooks are not executed again. The
+test run's strict build reads that copy (``tests/conftest.py``). Under pytest-xdist every
+notebook has a lock: whichever worker needs a notebook first (its nbval test, or the build)
+executes it, and the other waits for it and reuses it. ``python3 tasks.py book`` still builds
+from the sources, executing every notebook.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from filelock import FileLock, Timeout
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / "_build"
 HTML_DIR = BUILD_DIR / "html"
 BUILD_LOG = BUILD_DIR / "book-build.log"
 BUILD_RUN = BUILD_DIR / "book-build.run"  # which test run built _build/html, and its exit code
-BUILD_COMMAND = ("jupyter-book", "build", ".", "--all", "-W", "-n", "--keep-going")
+# The executed copy of the book's sources that the test run builds (see the module docstring).
+SOURCE_DIR = BUILD_DIR / "source"
+BUILD_COMMAND = (
+    "jupyter-book", "build", str(SOURCE_DIR.relative_to(ROOT)), "--path-output", ".",
+    "--all", "-W", "-n", "--keep-going",
+)  # fmt: skip
+CELL_TIMEOUT_S = 120  # the same per-cell limit as execute.timeout in _config.yml
 LOG_TAIL_LINES = 80
 # What the browser test saw (pages, figures, controls moved, requests refused), for the summary
 # that tests/conftest.py prints at the end of the run.
@@ -120,10 +141,128 @@ def toc_notebooks() -> list[Path]:
     return [ROOT / f"{entry}.ipynb" for entry in entries if (ROOT / f"{entry}.ipynb").exists()]
 
 
-def explorer_frames(html: str) -> tuple[dict[str, str], str]:
-    """All frames of a static figure by key, and the key of the frame shown first."""
-    stored = re.search(r'<script type="application/json" class="vbx-frames">(.*?)</script>', html)
-    first = re.search(r'<img class="vbx-frame" data-key="([\d,]*)" src="([^"]+)"', html)
-    frames = json.loads(stored[1])
-    assert first[1] not in frames, "the first frame is stored once, in the <img>"
-    return {**frames, first[1]: first[2]}, first[1]
+def explorer_frames(html: str) -> tuple[dict[str, tuple[str, ...]], str]:
+    """The pictures of every frame of a static figure by key (one ``data:`` URI per piece of
+    the figure, vitbook._panels), and the key of the frame shown first."""
+    stored = json.loads(
+        re.search(r'<script type="application/json" class="vbx-frames">(.*?)</script>', html)[1]
+    )
+    first = re.search(r'<div class="vitbook-explorer" data-key="([\d,]*)"', html)[1]
+    assert stored["first"] == first, "the figure starts at the default frame"
+    shown = re.findall(r'<img class="vbx-piece" data-piece="(\d+)" src="([^"]+)"', html)
+    assert [int(k) for k, _ in shown] == list(range(len(stored["pieces"]))), "one <img> a piece"
+    pieces = [list(variants) for variants in stored["pieces"]]
+    for (k, src), variant in zip(shown, stored["frames"][first], strict=True):
+        assert pieces[int(k)][variant] is None, "the first frame's pictures are stored once"
+        pieces[int(k)][variant] = src
+    return {
+        key: tuple(pieces[k][variant] for k, variant in enumerate(chosen))
+        for key, chosen in stored["frames"].items()
+    }, first
+
+
+# --- executing the notebooks, once per test run ----------------------------------------------
+
+
+def run_id() -> str:
+    """This test run, the same in every pytest-xdist worker."""
+    return os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One nbval run of one notebook: its exit code, its output, and the executed notebook."""
+
+    notebook: Path
+    returncode: int
+    log: str
+    executed: Path
+
+
+def execute_notebook(notebook: Path, *, wait: bool = True) -> Execution | None:
+    """Run ``notebook`` (a page of the book) under nbval, once per test run, and keep it executed.
+
+    nbval (``--nbval-lax``) runs every cell in a kernel of this environment and fails on an
+    error or a cell over the time limit; its outputs are written into the executed copy of the
+    sources, at the notebook's place under ``SOURCE_DIR``. A second call in the same test run,
+    in any worker, returns the first one's result; while another worker runs the notebook, the
+    call waits for it (or, with ``wait=False``, returns None at once).
+
+    The kernels get ``MPLBACKEND=Agg``, as a headless CI runner may set it: the chapters must
+    show their figures all the same (``use_book_style`` selects the inline backend), and the
+    strict build checks that every figure cell holds a picture (book/_ext/figure_guard.py).
+    """
+    name = notebook.relative_to(ROOT).as_posix()
+    executed = SOURCE_DIR / name
+    stamp = executed.with_name(executed.name + ".run")
+    BUILD_DIR.mkdir(exist_ok=True)
+    lock = FileLock(BUILD_DIR / f"execute-{name.replace('/', '--')}.lock")
+    try:
+        lock.acquire(timeout=-1 if wait else 0)
+    except Timeout:
+        return None
+    try:
+        if stamp.exists():
+            run, code, log = stamp.read_text(encoding="utf-8").split("\n", 2)
+            if run == run_id():
+                return Execution(notebook, int(code), log, executed)
+        executed.unlink(missing_ok=True)
+        command = [
+            sys.executable, "-m", "pytest", name,
+            "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={CELL_TIMEOUT_S}",
+            "-p", "no:cacheprovider", "-p", "nbval_outputs", "-q",
+        ]  # fmt: skip
+        # The package under test first (an installed copy may belong to another checkout), then
+        # the plugin that keeps the outputs.
+        path = os.pathsep.join(
+            p for p in (str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH")) if p
+        )
+        env = {
+            **kernel_env(),
+            "MPLBACKEND": "Agg",
+            "PYTHONPATH": path,
+            "VITBOOK_EXECUTED_NOTEBOOK": str(executed),
+        }
+        result = subprocess.run(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, check=False,
+        )  # fmt: skip
+        code = result.returncode if executed.exists() or result.returncode else 1
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(f"{run_id()}\n{code}\n{result.stdout}", encoding="utf-8")
+        return Execution(notebook, code, result.stdout, executed)
+    finally:
+        lock.release()
+
+
+def execute_every_notebook(notebooks: list[Path]) -> list[Execution]:
+    """:func:`execute_notebook` for each notebook: first those no other worker is running, from
+    the last (another worker running nbval's tests goes from the first), then the others."""
+    done = {}
+    for notebook in reversed(notebooks):
+        execution = execute_notebook(notebook, wait=False)
+        if execution is not None:
+            done[notebook] = execution
+    for notebook in notebooks:
+        if notebook not in done:
+            done[notebook] = execute_notebook(notebook)
+    return [done[notebook] for notebook in notebooks]
+
+
+def prepare_sources() -> None:
+    """Copy what the book is built from into ``SOURCE_DIR``, beside the executed notebooks:
+    ``_toc.yml``, everything in ``book/`` but the notebooks, and ``_config.yml`` with the
+    notebooks' execution turned off (the one difference from the book's own build)."""
+    config = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    if config.count("execute_notebooks: force") != 1:
+        raise RuntimeError("_config.yml must say `execute_notebooks: force` once (execute:)")
+    SOURCE_DIR.mkdir(parents=True, exist_ok=True)
+    (SOURCE_DIR / "_config.yml").write_text(
+        config.replace("execute_notebooks: force", 'execute_notebooks: "off"'), encoding="utf-8"
+    )
+    shutil.copy2(ROOT / "_toc.yml", SOURCE_DIR / "_toc.yml")
+    for path in (ROOT / "book").rglob("*"):
+        if path.is_file() and path.suffix != ".ipynb" and "__pycache__" not in path.parts:
+            target = SOURCE_DIR / path.relative_to(ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -18,9 +18,13 @@ from booktools import (
     HTML_DIR,
     LOG_TAIL_LINES,
     ROOT,
+    execute_every_notebook,
     kernel_env,
+    prepare_sources,
     read_yaml,
+    run_id,
     tail,
+    toc_notebooks,
     venv_executable,
 )
 from filelock import FileLock
@@ -47,21 +51,23 @@ def toc() -> dict:
 def built_book() -> Path:
     """Build the HTML book once per test run, strictly, into _build/html, and return that folder.
 
-    Later tests (browser tests, page-size checks) reuse this build. The full log is kept in
-    _build/book-build.log; a failed build fails every test that asks for it, showing the log's end.
-    Under pytest-xdist the tests that use the build share one worker (``xdist_group`` "book"),
-    and a lock makes sure that a worker that asks anyway reuses this run's build instead of
-    building into the same folder at the same time.
+    Every notebook of the TOC is executed once per test run, by nbval (``execute_notebook`` in
+    tests/booktools.py, which the notebook tests of tests/test_book.py call too); the build reads
+    the executed copies and executes nothing again. Later tests (browser tests, page-size checks)
+    reuse this build. The full log is kept in _build/book-build.log; a failed build fails every
+    test that asks for it, showing the log's end (a notebook that fails nbval fails the build,
+    with nbval's report). Under pytest-xdist the tests that use the build share one worker
+    (``xdist_group`` "book"), and a lock makes sure that a worker that asks anyway reuses this
+    run's build instead of building into the same folder at the same time.
     """
     BUILD_DIR.mkdir(exist_ok=True)
-    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
     with FileLock(BUILD_DIR / "book-build.lock"):
-        if BUILD_RUN.exists() and BUILD_RUN.read_text(encoding="utf-8").split("\n")[0] == run_id:
+        if BUILD_RUN.exists() and BUILD_RUN.read_text(encoding="utf-8").split("\n")[0] == run_id():
             returncode = int(BUILD_RUN.read_text(encoding="utf-8").split("\n")[1])
             log = BUILD_LOG.read_text(encoding="utf-8")
         else:
             returncode, log = build_book()
-            BUILD_RUN.write_text(f"{run_id}\n{returncode}\n", encoding="utf-8")
+            BUILD_RUN.write_text(f"{run_id()}\n{returncode}\n", encoding="utf-8")
     if returncode != 0:
         pytest.fail(
             f"`{' '.join(BUILD_COMMAND)}` failed with exit code {returncode}. "
@@ -72,14 +78,23 @@ def built_book() -> Path:
 
 
 def build_book() -> tuple[int, str]:
-    """Run the strict build; return its exit code and log (also written to BUILD_LOG)."""
+    """Execute every notebook (once per run), then run the strict build on the executed copy;
+    return its exit code and log (also written to BUILD_LOG)."""
+    failed = [e for e in execute_every_notebook(toc_notebooks()) if e.returncode != 0]
+    if failed:
+        log = "\n\n".join(
+            f"nbval failed on {e.notebook.relative_to(ROOT)} (exit code {e.returncode}):\n"
+            f"{tail(e.log)}"
+            for e in failed
+        )
+        BUILD_LOG.write_text(log, encoding="utf-8")
+        return 1, log
+    prepare_sources()
     command = [venv_executable(BUILD_COMMAND[0]), *BUILD_COMMAND[1:]]
-    # Built under MPLBACKEND=Agg on purpose, as a headless CI runner may set it: the book must
-    # keep every figure all the same (book/_ext/figure_guard.py fails the build otherwise).
     result = subprocess.run(
         command,
         cwd=ROOT,
-        env={**kernel_env(), "MPLBACKEND": "Agg"},
+        env=kernel_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -124,5 +139,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         f"{reader['sliders']} sliders, {reader['sliders_under_5_values']} under 5 values, "
         f"{reader['single_valued_controls']} single-valued controls; at 390 px, pages wider "
         f"than the window: {reader['pages_wider_than_a_phone'] or 'none'}"
+    )
+    terminalreporter.write_line(
+        f"every control moved again in 390 and 768 px windows: "
+        f"{summary['pictures_checked_in_narrow_windows']} changed pictures, each checked to lie "
+        "inside the window"
+    )
+    screens = summary["screens"]
+    lengths = ", ".join(
+        f"{name.removeprefix('book/').removesuffix('.html')} {n:g}"
+        for name, n in sorted(screens.items(), key=lambda item: -item[1])
+    )
+    median = statistics.median(screens.values()) if screens else 0
+    terminalreporter.write_line(
+        f"page lengths in desktop screens (height at 1280 px / 800 px), median {median:g}: "
+        f"{lengths}"
     )
     terminalreporter.write_line(f"screenshots and summary.json: {BUILD_DIR / 'screenshots'}")

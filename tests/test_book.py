@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from booktools import (
+    CELL_TIMEOUT_S,
     ROOT,
     book_sources,
-    kernel_env,
+    execute_notebook,
     read_yaml,
     source_files,
     tail,
@@ -26,7 +25,6 @@ COLAB_INSTALL = re.compile(
     r'    %pip install -q "vitbook @ git\+(?P<url>[^"@]+)"\n?$'
 )
 FENCE = re.compile(r"^\s*(```|~~~|:::)")
-CELL_TIMEOUT_S = 120  # the same per-cell limit as execute.timeout in _config.yml
 # The part of _toc.yml whose pages are chapters: each keeps a Common pitfalls and an Exercises
 # section. The front matter (notation), the appendix (the interactive figures) and the
 # bibliography are reference pages, not chapters, and have neither.
@@ -355,23 +353,11 @@ def test_built_notebook_page_is_executed_and_opens_in_colab(notebook, built_book
 @pytest.mark.book
 @pytest.mark.parametrize("notebook", toc_notebooks(), ids=relative)
 def test_notebook_runs_under_nbval(notebook):
-    command = [
-        sys.executable, "-m", "pytest", relative(notebook),
-        "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={CELL_TIMEOUT_S}",
-        "-p", "no:cacheprovider", "-q",
-    ]  # fmt: skip
-    # nbval checks that every cell runs; the static frames of the interactive figures are
-    # drawn by the book build and checked in the browser, so this run skips them.
-    result = subprocess.run(
-        command,
-        cwd=ROOT,
-        env={**kernel_env(), "VITBOOK_STATIC_FIGURES": "0"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
+    # Once per test run: the strict build reads the notebook as this run executed it (and draws
+    # nothing again), so the two share one execution (tests/booktools.py).
+    execution = execute_notebook(notebook)
+    assert execution.returncode == 0, (
+        f"nbval failed on {relative(notebook)} (exit code {execution.returncode}):\n"
+        f"{tail(execution.log)}"
     )
-    assert result.returncode == 0, (
-        f"nbval failed on {relative(notebook)} (exit code {result.returncode}):\n"
-        f"{tail(result.stdout)}"
-    )
+    assert execution.executed.is_file(), f"nbval kept no executed copy of {relative(notebook)}"

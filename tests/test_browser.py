@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -33,6 +34,9 @@ from vitbook.plotting.style import CSS_PX_PER_INCH, MIN_FONT_SIZE
 pytestmark = [pytest.mark.book, pytest.mark.xdist_group("book")]
 
 SCREENSHOTS = BUILD_DIR / "screenshots"
+# A whole page is a picture of up to 1280 x 30,000 px: as a JPEG it takes about half the time of
+# a PNG to write (for people to look at; no test reads it back).
+WHOLE_PAGE = {"type": "jpeg", "quality": 80}
 PAGE_LIMIT_BYTES = 5_000_000  # BOOK.md: keep a page under 5 MB
 LOCAL_SCHEMES = {"file", "data", "blob", "about"}
 REDIRECT = re.compile(r'http-equiv="refresh" content="\d+; ?url=(?P<target>[^"]+)"', re.IGNORECASE)
@@ -40,16 +44,30 @@ REDIRECT = re.compile(r'http-equiv="refresh" content="\d+; ?url=(?P<target>[^"]+
 EXPLORER = ".vitbook-explorer"
 STATE = """root => ({
   ready: root.getAttribute("data-ready"),
-  key: root.querySelector("img.vbx-frame").getAttribute("data-key"),
-  src: root.querySelector("img.vbx-frame").getAttribute("src"),
+  key: root.getAttribute("data-key"),
+  srcs: Array.from(root.querySelectorAll("img.vbx-piece"), img => img.getAttribute("src")),
   readouts: Array.from(root.querySelectorAll("output")).map(o => o.textContent),
 })"""
+# Every frame's pictures (one per piece of the figure), by key: the stored ones, and the first
+# frame's, which only its <img>s hold.
 STORED_FRAMES = """root => {
-  const frames = JSON.parse(root.querySelector("script.vbx-frames").textContent);
-  const img = root.querySelector("img.vbx-frame");
-  frames[img.getAttribute("data-key")] = img.getAttribute("src");
+  const stored = JSON.parse(root.querySelector("script.vbx-frames").textContent);
+  const pieces = Array.from(root.querySelectorAll("img.vbx-piece"));
+  const first = stored.frames[root.getAttribute("data-key")];  // before any control moved
+  pieces.forEach((img, k) => { stored.pieces[k][first[k]] = img.getAttribute("src"); });
+  const frames = {};
+  for (const [key, chosen] of Object.entries(stored.frames)) {
+    frames[key] = chosen.map((variant, k) => stored.pieces[k][variant]);
+  }
   return frames;
 }"""
+# Where each picture of a figure is in the window, horizontally (CSS px), and how wide it is
+# shown against the width it was drawn for.
+PIECES = """root => Array.from(root.querySelectorAll("img.vbx-piece"), img => {
+  const box = img.getBoundingClientRect();
+  return {left: box.left, right: box.right, shown: box.width,
+          intended: Number(img.getAttribute("width"))};
+})"""
 CONTROLS = """root => Array.from(root.querySelectorAll("[data-param]")).map(c => ({
   name: c.getAttribute("data-param"),
   kind: c.tagName === "SELECT" ? "select" : "range",
@@ -99,6 +117,10 @@ LAYOUT = """() => {
   return {images: images, wide: wide, controls: controls};
 }"""
 PAGE_WIDTH = "() => document.documentElement.scrollWidth"
+PAGE_HEIGHT = "() => document.documentElement.scrollHeight"
+SCREEN_PX = 800  # a desktop screen, for page lengths: page height at 1280 px / 800 px
+MAX_SCREENS = 30  # no page longer than this
+MAX_MEDIAN_SCREENS = 20  # and the median page no longer than this
 HASHED_NAME = re.compile(r"[0-9a-f]{32,}")  # an image named by its hash: no real alt text
 # Alt text that says nothing about the picture (an interactive figure whose drawing function had
 # no docstring once said the first; its values in brackets follow).
@@ -142,7 +164,15 @@ PHONE_READING = """() => {
       frame: frame ? frame.className : null,
     };
   });
-  return {images: images, smallest_html_text: smallestHtmlText, scrolling: scrolling};
+  // Result tables (vitbook.tables.Table): how far each reaches past the column, if at all.
+  const column = article.getBoundingClientRect().right;
+  const tables = Array.from(article.querySelectorAll("table.vb-table"), table => ({
+    text: table.textContent.trim().slice(0, 40),
+    over: Math.max(table.getBoundingClientRect().right - column,
+                   table.scrollWidth - table.clientWidth),
+  }));
+  return {images: images, smallest_html_text: smallestHtmlText, scrolling: scrolling,
+          tables: tables};
 }"""
 # Scroll every box that scrolls sideways to its far end (or back to its start).
 SCROLL_BOXES = """(end) => {
@@ -218,9 +248,16 @@ def local_path(url: str) -> Path | None:
     return Path(unquote(parts.path)) if parts.scheme == "file" else None
 
 
-def move_every_control(page, root, name: str, report: dict) -> None:
-    """Move each control of one figure through all its values; check the picture each time."""
-    frames = root.evaluate(STORED_FRAMES)
+def move_every_control(
+    page, root, name: str, report: dict, frames: dict, window: dict | None = None
+) -> list:
+    """Move each control of one figure through all its values; check the picture each time.
+
+    ``frames`` are the figure's pictures by key (``STORED_FRAMES``, read before any control
+    moved). With ``window`` (a phone's or a tablet's), also check that every picture a move
+    changes lies inside the window horizontally, so that the reader sees it change without
+    panning; return the pictures that did not.
+    """
     controls = root.evaluate(CONTROLS)
     state = root.evaluate(STATE)
     assert state["ready"] == "true", f"{name}: the figure's script did not run"
@@ -229,11 +266,14 @@ def move_every_control(page, root, name: str, report: dict) -> None:
     for control in controls:
         combinations *= control["count"]
     assert len(frames) == combinations, f"{name}: {len(frames)} frames for {combinations} values"
-    assert len(set(frames.values())) == len(frames), f"{name}: two combinations share a picture"
+    assert len(set(map(tuple, frames.values()))) == len(frames), (
+        f"{name}: two combinations share a picture"
+    )
+    outside = []
     widgets = root.locator("[data-param]")
     for i, control in enumerate(controls):
         widget = widgets.nth(i)
-        previous, changes = state["src"], 0
+        previous, changes = state["srcs"], 0
         if control["kind"] == "range":
             widget.focus()
             widget.press("Home")  # a reader's keyboard: Home, then one step right at a time
@@ -247,16 +287,25 @@ def move_every_control(page, root, name: str, report: dict) -> None:
             state = root.evaluate(STATE)
             where = f"{name}, {control['name']} = {control['labels'][value]!r}"
             assert state["key"] == key, f"{where}: shows frame {state['key']}, expected {key}"
-            assert state["src"] == frames[key], f"{where}: the picture is not the one for {key}"
+            assert state["srcs"] == frames[key], f"{where}: the pictures are not those for {key}"
             if control["kind"] == "range":
                 readout = state["readouts"][sum(c["kind"] == "range" for c in controls[:i])]
                 assert readout == control["labels"][value], f"{where}: the readout says {readout!r}"
-            changes += state["src"] != previous
-            previous = state["src"]
+            changed = [k for k, src in enumerate(state["srcs"]) if src != previous[k]]
+            if window is not None and changed:
+                pieces = root.evaluate(PIECES)
+                report["pictures_checked"] += len(changed)
+                for k in changed:
+                    box = pieces[k]
+                    if box["left"] < -0.5 or box["right"] > window["width"] + 0.5:
+                        outside.append({"figure": where, "piece": k, **box})
+            changes += bool(changed)
+            previous = state["srcs"]
             report["values_set"] += 1
         assert changes >= control["count"] - 1, f"{name}: {control['name']} left the picture as is"
         report["controls_moved"] += 1
         report["picture_changes"] += changes
+    return outside
 
 
 # Session scope: under pytest-xdist a module-scoped fixture is set up again whenever a worker
@@ -281,6 +330,7 @@ def browser_report(built_book: Path, request: pytest.FixtureRequest) -> dict:
         "controls_moved": 0,
         "values_set": 0,
         "picture_changes": 0,
+        "pictures_checked": 0,
         "requests_blocked": [],
     }
     with sync_api.sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
@@ -306,6 +356,8 @@ def browser_report(built_book: Path, request: pytest.FixtureRequest) -> dict:
         "values_set": report["values_set"],
         "picture_changes": report["picture_changes"],
         "requests_blocked": len(report["requests_blocked"]),
+        "pictures_checked_in_narrow_windows": report["pictures_checked"],
+        "screens": page_screens(report["pages"]),
         "largest_page_bytes": max(p["html_bytes"] for p in report["pages"].values()),
         "largest_page_with_resources_bytes": max(
             p["loaded_bytes"] for p in report["pages"].values()
@@ -321,6 +373,17 @@ def browser_report(built_book: Path, request: pytest.FixtureRequest) -> dict:
 def chapter_pages(pages: dict) -> dict:
     """The pages of the book's chapters and appendices (search and index pages aside)."""
     return {name: page for name, page in pages.items() if name.startswith("book/")}
+
+
+def page_screens(pages: dict) -> dict:
+    """The length of every page of the TOC in desktop screens: its height in a 1280 px window
+    over 800 px."""
+    toc = {f"{entry}.html" for entry in toc_entries(read_yaml("_toc.yml"))}
+    return {
+        name: round(page["height_1280"] / SCREEN_PX, 1)
+        for name, page in pages.items()
+        if name in toc
+    }
 
 
 def reader_figures(pages: dict) -> dict:
@@ -390,13 +453,15 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
         page.wait_for_url((path.parent / redirect["target"]).resolve().as_uri())
         page.wait_for_load_state("load")
     math = page.evaluate(MATH)
+    height = page.evaluate(PAGE_HEIGHT)
     stem = name.removesuffix(".html").replace("/", "--")
-    page.screenshot(path=SCREENSHOTS / f"{stem}.png", full_page=True)
+    page.screenshot(path=SCREENSHOTS / f"{stem}.jpeg", full_page=True, **WHOLE_PAGE)
     explorers = page.locator(EXPLORER)
     count = explorers.count()
+    stored = [explorers.nth(e).evaluate(STORED_FRAMES) for e in range(count)]
     for e in range(count):
         root = explorers.nth(e)
-        move_every_control(page, root, f"{name} figure {e + 1}", report)
+        move_every_control(page, root, f"{name} figure {e + 1}", report, stored[e])
         root.scroll_into_view_if_needed()
         root.screenshot(path=SCREENSHOTS / f"{stem}--figure-{e + 1}.png")
     layout = page.evaluate(LAYOUT)
@@ -407,12 +472,25 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     phone_layout = page.evaluate(LAYOUT)
     phone_reading = page.evaluate(PHONE_READING)
     phone_reading["shadows"] = edge_shadows(page)
-    page.screenshot(path=SCREENSHOTS / f"{stem}--phone.png", full_page=True)
+    page.screenshot(path=SCREENSHOTS / f"{stem}--phone.jpeg", full_page=True, **WHOLE_PAGE)
+    outside = {}
+    for e in range(count):  # every control again, in a phone's window
+        root = explorers.nth(e)
+        outside["390"] = outside.get("390", []) + move_every_control(
+            page, root, f"{name} figure {e + 1}", report, stored[e], window=PHONE
+        )
+        if e == 0:
+            root.scroll_into_view_if_needed()
+            root.screenshot(path=SCREENSHOTS / f"{stem}--figure-1--phone.png")
     toc_urls = toc_page_urls(html_dir)
     menus = {"390": open_the_chapter_list(page, SCREENSHOTS / f"{stem}--phone-menu.png")}
     menus["390 contents"] = open_the_page_contents(page)
     page.set_viewport_size(TABLET)
     page.wait_for_timeout(100)
+    for e in range(count):  # and in a tablet's
+        outside["768"] = outside.get("768", []) + move_every_control(
+            page, explorers.nth(e), f"{name} figure {e + 1}", report, stored[e], window=TABLET
+        )
     menus["768"] = open_the_chapter_list(page, SCREENSHOTS / f"{stem}--tablet-menu.png")
     menus["768 followed"] = follow_a_chapter_link(page, toc_urls)
     page.close()
@@ -421,6 +499,8 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     html_bytes = path.stat().st_size
     return {
         "html_bytes": html_bytes,
+        "height_1280": height,
+        "pictures_outside_the_window": outside,
         "loaded_bytes": sum(f.stat().st_size for f in loaded if f.is_file()),
         "explorers": count,
         "layout": layout,
@@ -655,6 +735,34 @@ def test_no_page_scrolls_sideways_on_a_phone(browser_report):
     assert not wide, f"pages wider than a {PHONE['width']} px window (CSS px): {wide}"
 
 
+def test_every_picture_a_control_changes_is_inside_a_phone_or_tablet_window(browser_report):
+    """In a 390 and a 768 px window, every control of every figure was moved again through all
+    its values; each picture that changed lay inside the window, from its left edge to its right,
+    so that the reader sees it change without panning (the figure's panels wrap)."""
+    pages = chapter_pages(browser_report["pages"])
+    outside = {
+        f"{name} at {width} px": found
+        for name, page in pages.items()
+        for width, found in page["pictures_outside_the_window"].items()
+        if found
+    }
+    assert not outside, f"pictures that a control changes outside the window: {outside}"
+    figures = sum(page["explorers"] for page in pages.values())
+    assert figures >= 10 and browser_report["pictures_checked"] >= 2 * figures
+
+
+def test_no_page_is_too_long_to_read(browser_report):
+    screens = page_screens(browser_report["pages"])
+    entries = toc_entries(read_yaml("_toc.yml"))
+    assert len(screens) == len(entries), f"measured {sorted(screens)}, the TOC has {entries}"
+    long = {name: n for name, n in screens.items() if n > MAX_SCREENS}
+    assert not long, f"pages over {MAX_SCREENS} desktop screens (height at 1280 px / 800): {long}"
+    median = statistics.median(screens.values())
+    assert median <= MAX_MEDIAN_SCREENS, (
+        f"the median page is {median} desktop screens, over {MAX_MEDIAN_SCREENS}: {screens}"
+    )
+
+
 # --- navigation on phones, tablets and desktops ---------------------------------------------------
 
 
@@ -779,6 +887,16 @@ def test_what_scrolls_sideways_on_a_phone_says_so(browser_report):
     )
     assert equations >= 5, "some display equations are wider than a phone"
     assert figures >= 40, "the figures, drawn for 680 px, pan on a phone"
+
+
+def test_result_tables_fit_a_phone(browser_report):
+    """Every result table (vitbook.tables.Table) fits the column of a 390 px window: its cells
+    wrap instead of the table panning."""
+    chapters = chapter_pages(browser_report["pages"])
+    tables = {name: page["phone_reading"]["tables"] for name, page in chapters.items()}
+    wide = {n: [t for t in found if t["over"] > 1] for n, found in tables.items()}
+    assert not any(wide.values()), f"result tables wider than a phone's column: {wide}"
+    assert sum(map(len, tables.values())) >= 20, "the chapters show their results as tables"
 
 
 def test_the_script_uses_the_house_style_text_sizes():

@@ -114,10 +114,13 @@ def test_static_html_has_one_frame_per_combination(lines):
     html = lines.to_html()
     frames, first = explorer_frames(html)
     assert set(frames) == {f"{i},{j}" for i in range(5) for j in range(2)}
-    assert html.count("data:image/png;base64,") == lines.num_frames == 10
+    assert html.count("data:image/png;base64,") == lines.num_frames == 10  # one panel each
     assert first == "2,0"  # slope 0 (middle value), colour C0 (first entry)
     assert len(set(frames.values())) == 10, "every combination gives its own picture"
-    assert all(png(uri).mode == "P" for uri in frames.values()), "frames are palette PNGs"
+    pictures = [png(uri) for pieces in frames.values() for uri in pieces]
+    assert all(picture.mode == "P" for picture in pictures), "frames are palette PNGs"
+    corners = {picture.convert("RGB").getpixel((0, 0)) for picture in pictures}
+    assert corners == {(255, 255, 255)}, "the background is the page's white"
     assert sorted(calls) == sorted((s, c) for s in (-2, -1, 0, 1, 2) for c in ("C0", "C3"))
 
 
@@ -310,11 +313,11 @@ def test_static_figures_can_be_switched_off_for_runs_that_only_execute(lines, mo
 
 
 def test_frames_drawn_by_forked_workers_equal_frames_drawn_one_by_one(lines):
-    one_by_one = lines.frames(workers=1)
-    side_by_side = lines.frames(workers=2)  # 10 frames: one worker per 5... at least 8 needed
+    one_by_one = lines.pictures(workers=1)
+    side_by_side = lines.pictures(workers=2)  # 10 frames: one worker per 5... at least 8 needed
     assert side_by_side == one_by_one
     many = explore(plot_line, slope=list(range(-8, 9)), colour=["C0", "C3"])  # 34 frames
-    assert many.frames(workers=2) == many.frames(workers=1)
+    assert many.pictures(workers=2) == many.pictures(workers=1)
 
 
 def test_a_frame_holds_the_pixels_that_savefig_would_write(lines):
@@ -331,15 +334,15 @@ def test_a_failing_plot_fn_in_a_worker_raises_in_the_caller():
 
     explorer = explore(broken, slope=list(range(20)))
     with pytest.raises(RuntimeError, match="slope 7 is not drawable"):
-        explorer.frames(workers=2)
+        explorer.pictures(workers=2)
 
 
 def test_frame_workers_are_read_from_the_environment_and_checked(lines, monkeypatch):
     monkeypatch.setenv("VITBOOK_FRAME_WORKERS", "two")
     with pytest.raises(ValueError, match="VITBOOK_FRAME_WORKERS='two' must be a whole number"):
-        lines.frames()
+        lines.pictures()
     monkeypatch.setenv("VITBOOK_FRAME_WORKERS", "1")
-    assert lines.frames() == lines.frames(workers=1)
+    assert lines.pictures() == lines.pictures(workers=1)
     for workers in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match=r"workers=.* must be a positive whole number"):
-            lines.frames(workers=workers)
+            lines.pictures(workers=workers)

@@ -227,7 +227,7 @@ def check_static_figure(page, active_cell: str, report: dict) -> None:
         "() => document.querySelector('.vitbook-explorer').getAttribute('data-ready') === 'true'",
         timeout=10_000,
     )
-    key = "root => root.querySelector('img.vbx-frame').getAttribute('data-key')"
+    key = "root => root.getAttribute('data-key')"
     assert root.evaluate(key) == "2,0"
     slider = root.locator("input[type=range]")
     slider.focus()

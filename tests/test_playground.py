@@ -449,6 +449,34 @@ def test_drawing_with_mouse_and_touch_changes_the_digit_and_the_prediction(page,
     assert root.evaluate(STATE)["pixels"] == [0] * 64
 
 
+EMPTY = """root => ({
+  blank: root.classList.contains("vbp-blank"),
+  prediction: root.getAttribute("data-prediction"),
+  probabilities: Array.from(root.querySelectorAll(".vbp-bar"),
+                            bar => bar.getAttribute("data-probability")),
+  best: root.querySelectorAll(".vbp-best").length,
+  shown: Array.from(root.querySelectorAll(".vbp-bar output"), o => o.textContent),
+  note: getComputedStyle(root.querySelector(".vbp-empty")).display,
+  current: window.vitbook.playgrounds.find(p => p.root === root).current(),
+})"""
+
+
+def test_an_empty_grid_shows_no_prediction(page):
+    root = page.locator(".vitbook-playground").first
+    root.locator("button.vbp-clear").click()
+    empty = root.evaluate(EMPTY)
+    assert empty == {
+        "blank": True, "prediction": None, "probabilities": [None] * 10, "best": 0,
+        "shown": [""] * 10, "note": "block", "current": None,
+    }  # fmt: skip
+    root.locator("select.vbp-example").select_option("3")  # a test digit: a prediction again
+    loaded = root.evaluate(EMPTY)
+    assert not loaded["blank"] and loaded["prediction"] == "3" and loaded["best"] == 1
+    assert loaded["note"] == "none" and all(loaded["shown"])
+    root.locator("button.vbp-clear").click()
+    assert root.evaluate(EMPTY)["prediction"] is None
+
+
 def model_probabilities(model: VisionTransformer, ink: list[int]) -> list[float]:
     with torch.no_grad():
         images = torch.tensor(ink, dtype=torch.float32).reshape(1, 1, 8, 8) / 16
@@ -710,7 +738,7 @@ def test_the_javascript_ships_as_package_data():
 @pytest.mark.book
 @pytest.mark.xdist_group("book")
 def test_the_chapter_page_runs_the_playground(built_book, browser, models, test_digits):
-    path = built_book / "book" / "inside_vit.html"
+    path = built_book / "book" / "attention_rollout.html"
     page = browser.new_page()
     errors, requests = [], []
     page.on("pageerror", lambda error: errors.append(str(error)))

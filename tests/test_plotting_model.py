@@ -43,7 +43,7 @@ def test_cost_bars_are_shares_on_a_fixed_scale():
     expected = [100 * n / total for n in parts[128, 8].values()][::-1]
     np.testing.assert_allclose(shares, expected)
     assert bars_ax.get_xlim() == (0, 100)
-    assert bars_ax.get_title() == f"128 px, P = 8: {total / 1e9:.3g} GMACs per image"
+    assert bars_ax.get_title() == f"128 px, P = 8:\n{total / 1e9:.3g} GMACs per image"
     limits = {key: plot_cost_by_part(parts, *key).axes[1].get_ylim() for key in parts}
     assert len(set(limits.values())) == 1  # one scale for every frame
     with pytest.raises(ValueError, match=r"\(img_size, patch_size\)=\(100, 8\) is not a key"):

@@ -244,6 +244,7 @@ def test_join_keeps_every_provenance_and_points_runs_at_theirs():
 
 def main_of(script, argv, monkeypatch):
     monkeypatch.setattr(sys, "argv", [script.__name__ + ".py", *argv])
+    monkeypatch.setenv("VITBOOK_PROGRESS", "0")  # main() sets it; undone after the test
     return script.main()
 
 

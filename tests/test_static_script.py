@@ -40,10 +40,10 @@ document.getElementById("notebook").addEventListener("keydown", function (event)
 )
 STATE = """root => ({
   ready: root.getAttribute("data-ready"),
-  key: root.querySelector("img.vbx-frame").getAttribute("data-key"),
+  key: root.getAttribute("data-key"),
   readout: root.querySelector("output").textContent,
 })"""
-SRC = "root => root.querySelector('img.vbx-frame').getAttribute('src')"
+SRC = "root => root.querySelector('img.vbx-piece').getAttribute('src')"
 
 
 def plot_bar(height, colour="C0"):
@@ -99,9 +99,12 @@ def test_every_figure_inserted_with_jquery_is_initialised(figures):
 def test_arrow_keys_move_the_slider_under_a_command_mode_handler(figures):
     page, roots = figures
     slider = roots.nth(1).locator("input[type=range]")
-    frames = json.loads(roots.nth(1).locator("script.vbx-frames").text_content())
-    assert set(frames) == {"0", "1", "3", "4"}, "frame 2 is in the <img>, the others are stored"
-    frames["2"] = roots.nth(1).evaluate(SRC)
+    stored = json.loads(roots.nth(1).locator("script.vbx-frames").text_content())
+    (variants,) = stored["pieces"]  # a figure of one panel: one piece
+    assert variants.count(None) == 1, "frame 2 is in the <img>, the others are stored"
+    variants[stored["frames"]["2"][0]] = roots.nth(1).evaluate(SRC)
+    frames = {key: variants[chosen] for key, (chosen,) in stored["frames"].items()}
+    assert len(set(frames.values())) == 5
     slider.focus()
     seen = []
     keys = ("ArrowRight", "ArrowRight", "ArrowRight", "ArrowLeft", "Home", "ArrowUp", "End")

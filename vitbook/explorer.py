@@ -11,7 +11,6 @@ See chapter: How the interactive figures work.
 
 from __future__ import annotations
 
-import base64
 import inspect
 import io
 import itertools
@@ -26,7 +25,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from vitbook import _static_page
+from vitbook import _panels, _static_page
 from vitbook.plotting.style import CSS_PX_PER_INCH, PNG_SCALE
 
 __all__ = ["MAX_FRAMES", "MENU_MAX_CHOICES", "Explorer", "Param", "explore"]
@@ -321,31 +320,30 @@ class Explorer:
             fig.savefig(buffer, format="png", dpi=self.dpi * PNG_SCALE, facecolor="white")
             plt.close(fig)
             return buffer.getvalue()
-        from PIL import Image
-
-        # 256 colours without dithering: flat areas stay flat (small files), text stays sharp.
-        # The figure is rendered straight into an array: no full-colour PNG is encoded first.
-        quantised = Image.fromarray(self.pixels(indices)).quantize(
-            256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE
-        )
-        buffer = io.BytesIO()
-        quantised.save(buffer, format="PNG", optimize=True)
-        return buffer.getvalue()
+        return _panels.encode(self.pixels(indices))
 
     def pixels(self, indices: tuple[int, ...]) -> np.ndarray:
         """One frame as an RGB array (H, W, 3) of uint8, exactly what ``png`` would encode."""
+        return self._draw(indices)[0]
+
+    def _draw(
+        self, indices: tuple[int, ...], boxes: bool = False
+    ) -> tuple[np.ndarray, list[_panels.Box]]:
+        """One frame drawn straight into an RGB array, as ``savefig(dpi=..., facecolor="white")``
+        would (no PNG is encoded), and, with ``boxes``, the boxes of its panels
+        (``_panels.element_boxes``, which costs about half a drawing again)."""
         import matplotlib.pyplot as plt
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
         fig = self._figure(indices)
-        # What savefig(dpi=..., facecolor="white") does, without encoding a PNG.
         canvas = FigureCanvasAgg(fig)
         fig.set_dpi(self.dpi * PNG_SCALE)
         fig.patch.set_facecolor("white")
         canvas.draw()
         rgb = np.array(canvas.buffer_rgba())[..., :3]
+        found = _panels.element_boxes(fig, canvas.get_renderer()) if boxes else []
         plt.close(fig)
-        return rgb
+        return rgb, found
 
     def _figure(self, indices: tuple[int, ...]) -> Figure:
         fig = self.plot_fn(**self.values(indices))
@@ -409,34 +407,47 @@ class Explorer:
         redraw()
         return widgets.VBox([*controls, picture, error])
 
-    def frames(self, workers: int | None = None) -> dict[str, str]:
-        """Every frame as a ``data:`` URI, keyed by the indices of the values, e.g. ``"2,0"``.
+    def pictures(self, workers: int | None = None) -> _panels.Pictures:
+        """Every frame, cut into one picture per panel (:mod:`vitbook._panels`), as PNGs.
+
+        Each frame is drawn once. The cuts are the lines that cross no ink in any frame and no
+        panel of the default frame (a figure keeps its layout from frame to frame, and
+        measuring every frame's panels would cost half a drawing each). A piece that looks the
+        same in several frames (the photo beside an attention map that changes with the head)
+        is stored once.
 
         Args:
             workers: processes that draw frames side by side; ``None`` reads the environment
                 variable ``VITBOOK_FRAME_WORKERS``, else one per core (at most 4). More than one
                 needs the ``fork`` start method (Linux); elsewhere frames are drawn one by one.
+
+        Raises:
+            ValueError: ``plot_fn`` drew frames of different sizes.
         """
         keys = list(itertools.product(*(range(len(p.options)) for p in self.params)))
-        pngs = _draw_frames(self, keys, _frame_workers(workers, len(keys)))
-        return {
-            ",".join(map(str, indices)): "data:image/png;base64,"
-            + base64.b64encode(png).decode("ascii")
-            for indices, png in zip(keys, pngs, strict=True)
-        }
+        workers = _frame_workers(workers, len(keys))
+        drawn = _in_workers(self, _draw_forked_frame, keys, workers)
+        sizes = sorted({frame.shape for frame in drawn})
+        if len(sizes) > 1:
+            raise ValueError(
+                f"plot_fn drew frames of {len(sizes)} sizes ({sizes[0][1]} x {sizes[0][0]} and "
+                f"{sizes[-1][1]} x {sizes[-1][0]} pixels); give every figure the same figsize "
+                "and no bbox_inches='tight', so that the frames can replace each other."
+            )
+        height, width = sizes[0][:2]
+        inked = np.zeros(height * width, bool)
+        boxes: set[_panels.Box] = set()
+        for frame in drawn:
+            inked |= np.unpackbits(frame.ink, count=height * width).astype(bool)
+            boxes.update(frame.boxes)
+        plan = _panels.plan(inked.reshape(height, width), sorted(boxes))
+        pieces = _in_workers((plan, drawn), _cut_forked_frame, range(len(keys)), workers)
+        return _panels.collect(plan, [",".join(map(str, key)) for key in keys], pieces)
 
     def to_html(self) -> str:
-        """The static figure: controls, all frames and the script that switches between them."""
-        frames = self.frames()
-        first = ",".join(str(p.default) for p in self.params)
-        from PIL import Image
-
-        header = base64.b64decode(frames[first].split(",", 1)[1])
-        with Image.open(io.BytesIO(header)) as image:
-            width, height = (round(size / PNG_SCALE) for size in image.size)
-        return _static_page.render(
-            self.params, frames, description=self.description, size=(width, height)
-        )
+        """The static figure: controls, the pieces of every frame, and the script that shows
+        the pieces of the frame the controls choose."""
+        return _static_page.render(self.params, self.pictures(), description=self.description)
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict:
         box = self.live()
@@ -459,7 +470,7 @@ class Explorer:
 # pickling it: each worker inherits the explorer. The workers use one torch thread each, as
 # PyTorch's DataLoader workers do (OpenMP state does not survive a fork).
 MIN_FRAMES_PER_WORKER = 8  # fewer frames than this per worker: not worth starting processes
-_FORKED_EXPLORER: Explorer | None = None
+_FORKED: object = None  # what the forked workers read: set by _in_workers before the fork
 
 
 def _frame_workers(workers: int | None, num_frames: int) -> int:
@@ -481,22 +492,30 @@ def _frame_workers(workers: int | None, num_frames: int) -> int:
     return max(1, min(workers, num_frames // MIN_FRAMES_PER_WORKER))
 
 
-def _draw_frames(explorer: Explorer, keys: list[tuple[int, ...]], workers: int) -> list[bytes]:
-    if workers <= 1:
-        return [explorer.png(indices, palette=True) for indices in keys]
-    import multiprocessing
-
-    global _FORKED_EXPLORER
-    _FORKED_EXPLORER = explorer
+def _in_workers(payload: object, function: Callable, items: object, workers: int) -> list:
+    """``[function(item) for item in items]``, in ``workers`` forked processes that inherit
+    ``payload`` (a closure or a lambda in it needs no pickling)."""
+    global _FORKED
+    _FORKED = payload
     try:
+        items = list(items)
+        if workers <= 1:
+            return [function(item) for item in items]
+        import multiprocessing
+
         context = multiprocessing.get_context("fork")
         with context.Pool(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            chunk = max(1, len(keys) // (4 * workers))
-            return pool.map(_draw_forked_frame, keys, chunksize=chunk)
+            return pool.map(function, items, chunksize=max(1, len(items) // (4 * workers)))
     finally:
-        _FORKED_EXPLORER = None
+        _FORKED = None
 
 
-def _draw_forked_frame(indices: tuple[int, ...]) -> bytes:
-    assert _FORKED_EXPLORER is not None  # set by _draw_frames before the fork
-    return _FORKED_EXPLORER.png(indices, palette=True)
+def _draw_forked_frame(indices: tuple[int, ...]) -> _panels.Drawn:
+    explorer = _FORKED
+    default = tuple(p.default for p in explorer.params)
+    return _panels.Drawn.of(*explorer._draw(indices, boxes=indices == default))
+
+
+def _cut_forked_frame(index: int) -> list[tuple[bytes, bytes]]:
+    plan, drawn = _FORKED
+    return _panels.encode_pieces(plan, drawn[index].rgb())

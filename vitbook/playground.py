@@ -36,6 +36,9 @@ scikit-learn). The playground does the same: the pen and the eraser act on a 32 
 the model sees the counts. A test digit is loaded as a bitmap with that many pixels on in each
 block.
 
+An empty grid (after "Clear") is no digit, and the page shows no prediction for it: the bars and
+maps stay empty, with a line saying to draw, until there is ink again.
+
 The pen draws as thick as the data set's strokes. The digits' bitmaps hold about the same ink
 whatever the digit: over the training digits the median is ``PEN["ink"]`` = 313 on pixels of the
 1,024, and a 1 holds as much as an 8 (the medians of the ten digits lie between 305 and 328), so
@@ -378,7 +381,9 @@ def render(payload: dict) -> str:
         '<button type="button" class="vbp-clear">Clear</button>'
         f'<label>Test digit <select class="vbp-example" autocomplete="off">{example_options}'
         "</select></label></div></div>"
-        f'<div class="vbp-bars"><div class="vbp-title">Class probabilities</div>{bars}</div>'
+        '<div class="vbp-bars"><div class="vbp-title">Class probabilities</div>'
+        '<p class="vbp-empty">The grid is empty: draw a digit, or load a test digit, to see '
+        f"what the model reads.</p>{bars}</div>"
         "</div>"
         '<div class="vbp-row vbp-menus">'
         f'<label>Layer <select class="vbp-layer" autocomplete="off">{layers}</select></label>'
@@ -451,6 +456,9 @@ STYLE = (
     "margin:0.2em 0 0}"
     ".vitbook-playground .vbp-note{margin:0.5em 0}"
     ".vitbook-playground .vbp-howto{margin:0 0 0.5em;font-size:0.95em}"
+    # an empty grid shows no prediction, and says so
+    ".vitbook-playground .vbp-empty{display:none;margin:0 0 0.3em;font-size:0.9em}"
+    ".vitbook-playground.vbp-blank .vbp-empty{display:block}"
     ".vitbook-playground details{margin:0.3em 0}"
     # the classic Notebook's stylesheet hides the disclosure triangle of <summary>
     ".vitbook-playground summary{display:list-item;cursor:pointer}"

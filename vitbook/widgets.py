@@ -15,14 +15,17 @@ MIME bundle with two representations of the same figure:
   first. The widget-view dictionary is written out by hand, the same for ipywidgets 7 (Colab)
   and 8.
 * ``text/html``: the static figure for the HTML book. At build time every combination of values is
-  drawn once; each frame is a palette-quantised PNG (a few tens of KB) stored as a ``data:`` URI
-  in a JSON block of the page, next to plain ``<input type="range">`` and ``<select>`` controls
-  and about thirty lines of inline JavaScript that show the frame for the current controls. No
-  CDN, no script or style from anywhere else, no request of any kind: the page works from disk
-  with the network unplugged. The book's ``_config.yml`` tells the HTML builder to prefer
-  ``text/html`` over the widget view (``nb_mime_priority_overrides``) and not to load the
-  ipywidgets manager and require.js from a CDN (``nb_ipywidgets_js: {}``); the book's Sphinx
-  extension ``book/_ext/offline_book.py`` drops the saved widget state that nothing would read.
+  drawn once and cut into one picture per panel (``vitbook._panels``), each a palette-quantised
+  PNG stored as a ``data:`` URI in a JSON block of the page (a panel that repeats across frames
+  once), next to plain ``<input type="range">`` and ``<select>`` controls and a few dozen lines
+  of inline JavaScript that show the pictures for the current controls. The panels sit side by
+  side as drawn on a desktop and wrap in a phone's column, so that a panel a control changes is
+  always in view. No CDN, no script or style from anywhere else, no request of any kind: the
+  page works from disk with the network unplugged. The book's ``_config.yml`` tells the HTML
+  builder to prefer ``text/html`` over the widget view (``nb_mime_priority_overrides``) and not
+  to load the ipywidgets manager and require.js from a CDN (``nb_ipywidgets_js: {}``); the
+  book's Sphinx extension ``book/_ext/offline_book.py`` drops the saved widget state that
+  nothing would read.
 
 In Colab the static frames are skipped (``"google.colab" in sys.modules``): Colab shows the live
 widget, and drawing every frame would only cost time. Without a front end (nbval, a script), both

@@ -3,7 +3,8 @@
 - The book's stylesheet and script, ``book/_static/vitbook.css`` and ``vitbook.js``: figures
   that stay readable on a phone (no picture shown below 81% of the width it was drawn for, so
   that its smallest text stays at 9 CSS px or more; a narrower column pans the picture inside a
-  box of its own), a shadow at the edge of any figure or display equation that scrolls sideways,
+  box of its own, while an interactive figure's panels wrap instead), tables that wrap to the
+  column, a shadow at the edge of any figure or display equation that scrolls sideways,
   captions in the body text's weight, and side panels that close when a link in them is
   followed. The menu buttons themselves work because ``_config.yml`` leaves the theme's hidden
   top bar empty (``navbar_persistent: []``): sphinx-book-theme 1.3.0 and pydata-sphinx-theme

@@ -3,10 +3,13 @@
 
    1. Figures readable on a phone. A figure is drawn for the 680 CSS px column of a desktop
       window, with no text under 8 pt = 11.1 CSS px at that width (vitbook/plotting/style.py).
-      Shrunk to a 358 px phone column, that text would be 5.8 px. So no figure is shown
+      Shrunk to a 358 px phone column, that text would be 5.8 px. So no picture is shown
       narrower than 81% of the width it was drawn for (its smallest text then stays at
       9 CSS px or more); where the column is narrower, the picture pans sideways inside a box
-      of its own, and the page itself never does.
+      of its own, and the page itself never does. An interactive figure comes as one picture
+      per panel (vitbook/_panels.py), which wrap onto the next line in a narrow column, each
+      of them narrow enough to be shown whole: only a picture that must stay whole and is
+      wider than that pans.
    2. A box that scrolls sideways (a figure above, a display equation, a line of code or of
       printed output that is wider than the column) shows that it does: a shadow at the edge
       where more of it is hidden.

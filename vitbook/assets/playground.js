@@ -377,8 +377,17 @@ in row-major grid order; 17 for the digits models):
 
     function update() {
       var values = ink();
+      var rows = [];
+      for (var r = 0; r < side; r++) rows.push("    [" + values.slice(r * side, (r + 1) * side).join(", ") + "],");
+      root.querySelector("textarea.vbp-ink").value = "[\n" + rows.join("\n") + "\n]";
+      if (Math.max.apply(null, values) === 0) {  // an empty grid: nothing to read, no prediction
+        result = null;
+        clear(values);
+        return;
+      }
       result = forward(model, values);
       result.rollout = rollout(result.attention);
+      root.classList.remove("vbp-blank");
       var best = 0;
       for (var d = 0; d < c.num_classes; d++) {
         if (result.probabilities[d] > result.probabilities[best]) best = d;
@@ -408,9 +417,26 @@ in row-major grid order; 17 for the digits models):
       top = paintMap(root.querySelector("canvas.vbp-rollout"), values, traced, query);
       share = prefix ? "; class token " + traced[0].toFixed(2) : "";
       text(".vbp-rollout-scale", "0 .. " + top.toFixed(2) + share);
-      var rows = [];
-      for (var r = 0; r < side; r++) rows.push("    [" + values.slice(r * side, (r + 1) * side).join(", ") + "],");
-      root.querySelector("textarea.vbp-ink").value = "[\n" + rows.join("\n") + "\n]";
+    }
+
+    // An empty grid: no bars, no maps, and a word on what to do (the model would still give
+    // ten probabilities, for a picture that is no digit).
+    function clear(values) {
+      root.classList.add("vbp-blank");
+      root.removeAttribute("data-prediction");
+      var bars = root.querySelectorAll(".vbp-bar");
+      for (var d = 0; d < bars.length; d++) {
+        bars[d].removeAttribute("data-probability");
+        bars[d].classList.remove("vbp-best");
+        bars[d].querySelector(".vbp-fill").style.width = "0";
+        bars[d].querySelector("output").textContent = "";
+      }
+      paintDigit(grid, values);
+      var maps = ["attention", "rollout"];
+      for (var m = 0; m < maps.length; m++) {
+        paintDigit(root.querySelector("canvas.vbp-" + maps[m]), values);
+        text(".vbp-" + maps[m] + "-scale", "");
+      }
     }
 
     var tools = root.querySelectorAll("button[data-tool]");

@@ -106,9 +106,10 @@ def plot_cost_by_part(
 ) -> Figure:
     """Where the multiply-accumulates (MACs) of one image go, for one image and patch size.
 
-    Top: each part's share of the MACs, on a fixed 0 .. 100 % scale, its GMACs written at the
-    end of its bar. Bottom: the total GMACs against the image side for every patch size, on a
-    log scale fixed across all sizes, the chosen size circled.
+    Left: each part's share of the MACs, on a fixed 0 .. 100 % scale, its GMACs written at the
+    end of its bar (inside it, for a long bar). Right: the total GMACs against the image side
+    for every patch size, on a log scale fixed across all sizes, the chosen size circled. The two
+    panels sit side by side, each narrow enough for a phone's column on its own.
 
     Args:
         by_part: for each (image side, patch size), the MACs of each part of the model (the
@@ -116,14 +117,14 @@ def plot_cost_by_part(
         img_size, patch_size: the sizes shown, a key of ``by_part``.
 
     Returns:
-        The figure, in two rows.
+        The figure, two panels side by side.
 
     Example:
         >>> sizes = [(s, p) for s in (8, 16) for p in (2, 4)]
         >>> parts = {(s, p): {"MLP": s * 10**6 // p, "head": 10**6} for s, p in sizes}
         >>> fig = plot_cost_by_part(parts, 16, 4)
         >>> fig.axes[0].get_title()
-        '16 px, P = 4: 0.005 GMACs per image'
+        '16 px, P = 4:\\n0.005 GMACs per image'
 
     See chapter: The full model.
     """
@@ -136,9 +137,9 @@ def plot_cost_by_part(
     patches = sorted({p for _, p in by_part})
     parts = by_part[img_size, patch_size]
     total = sum(parts.values())
-    fig = new_figure(6.8, 5.0)
+    fig = new_figure(6.8, 3.0)
     bars, curve = fig.subplots(
-        2, 1, gridspec_kw={"left": 0.25, "right": 0.97, "bottom": 0.1, "top": 0.94, "hspace": 0.45}
+        1, 2, gridspec_kw={"left": 0.2, "right": 0.985, "bottom": 0.16, "top": 0.86, "wspace": 0.55}
     )
     names = list(parts)[::-1]  # the first part on top
     shares = [100 * parts[n] / total for n in names]
@@ -146,11 +147,15 @@ def plot_cost_by_part(
     bars.barh([_label(n) for n in names], shares, color=colours)
     for y, name in enumerate(names):
         share = 100 * parts[name] / total
-        bars.text(share + 1, y, f"{parts[name] / 1e9:.3g} GMACs", va="center", fontsize=8)
+        label = f"{parts[name] / 1e9:.3g} GMACs"
+        if share > 55:  # a long bar: the label inside its end, so that it stays in the panel
+            bars.text(share - 1, y, label, va="center", ha="right", fontsize=8, color="white")
+        else:
+            bars.text(share + 1, y, label, va="center", fontsize=8)
     bars.set(
         xlim=(0, 100),
         xlabel="share of the MACs (%)",
-        title=f"{img_size} px, P = {patch_size}: {total / 1e9:.3g} GMACs per image",
+        title=f"{img_size} px, P = {patch_size}:\n{total / 1e9:.3g} GMACs per image",
     )
     totals = {
         p: [sum(by_part[s, p].values()) / 1e9 for s in sides if (s, p) in by_part] for p in patches
@@ -166,7 +171,7 @@ def plot_cost_by_part(
         ylabel="GMACs per image",
         ylim=(min(every) / 1.5, max(every) * 1.5),
         xlim=(min(sides) - 16, max(sides) + 16),
-        title="total for every size (circle: the size above)",
+        title="total for every size\n(circle: the size on the left)",
     )
     curve.legend(loc="upper left")
     return fig

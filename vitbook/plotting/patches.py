@@ -79,12 +79,14 @@ def plot_patch_grid(image: torch.Tensor, patch_size: int, *, num_shown: int = 10
     ax.set_title(f"P = {patch_size}: a {gh} x {gw} grid of Gh x Gw = {n} patches")
     ax.set_axis_off()
 
-    fig.text(
+    fig.text(  # two short lines, which a phone's column shows whole
         0.5,
-        0.19,
-        f"the sequence: {n} patch tokens, each C x P x P = {c} x {patch_size} x {patch_size} = "
+        0.175,
+        f"the sequence: {n} patch tokens,\neach C x P x P = {c} x {patch_size} x {patch_size} = "
         f"{c * patch_size**2} numbers",
         ha="center",
+        va="bottom",
+        linespacing=1.3,
     )
     slots = [*shown[:-1], None, shown[-1]]
     width = 0.92 / len(slots)
