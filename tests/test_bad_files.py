@@ -162,9 +162,16 @@ def test_save_model_refuses_reserved_keys_and_foreign_files(tmp_path):
 
 def test_save_model_replaces_its_own_files_atomically(tmp_path, monkeypatch):
     path = tmp_path / "m.safetensors"
-    save_model(model(), path, note="first")
+    umask = os.umask(0o022)
+    try:
+        save_model(model(), path, note="first")
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644  # as a plain write makes it, not mkstemp's 0600
+    path.chmod(0o640)
     save_model(model(), path, note="second")  # a vitbook model file is replaced
     assert read_metadata(path)["note"] == "second"
+    assert path.stat().st_mode & 0o777 == 0o640  # and keeps its permissions
 
     def failing_replace(src, dst):
         raise OSError("disk full")

@@ -277,6 +277,11 @@ def test_preprocess_resizes_only_when_needed_and_checks_its_statistics():
     assert preprocess(torch.rand(2, 1, 3, 2)).shape == (2, 1, 6, 4)
     assert "size=(6, 4), mean=[0.25], std=[2.0]" in repr(preprocess)
     assert not dict(preprocess.state_dict())  # buffers are not saved with the weights
+    eight_bit = torch.randint(0, 256, (2, 1, 3, 2), dtype=torch.uint8)  # and of another size
+    with pytest.raises(TypeError, match=r"float images in \[0, 1\], got torch.uint8"):
+        preprocess(eight_bit)  # said before the resize, not from inside torch
+    with pytest.raises(ValueError, match=r"takes \(B, 1, H, W\) images, got shape \(2, 3, 3, 2\)"):
+        preprocess(torch.rand(2, 3, 3, 2))
     with pytest.raises(ValueError, match="mean has 3 values and std 1"):
         Preprocess(4, (0.5,) * 3, (0.5,))
     with pytest.raises(ValueError, match="std"):

@@ -16,7 +16,6 @@ import math
 import os
 import pickle
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -144,23 +143,20 @@ def write_atomically(
     """Write a safetensors file next to ``path``, then move it into place in one step.
 
     A reader sees the old file or the new one, never half a file, and a failed write leaves the
-    old file untouched.
+    old file untouched. The file gets the permissions a plain write would give it (an existing
+    file keeps its own) and is on disk before it replaces the old one
+    (:func:`vitbook.records.write_with`).
     """
     from safetensors.torch import save_file
+
+    from vitbook.records import write_with
 
     if not path.parent.is_dir():
         raise FileNotFoundError(
             f"the folder {path.parent} does not exist; create it first, e.g. with "
             "Path(...).mkdir(parents=True)."
         )
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        save_file(tensors, temporary, metadata=metadata)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_with(path, lambda temporary: save_file(tensors, str(temporary), metadata=metadata))
 
 
 def _num_tensors(config: ViTConfig) -> int:

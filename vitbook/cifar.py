@@ -139,6 +139,12 @@ class Normalize(nn.Module):
         return f"mean={self.mean.flatten().tolist()}, std={self.std.flatten().tolist()}"
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self._check(images)
+        mean, std = self.mean.to(images.dtype), self.std.to(images.dtype)
+        return (images - mean) / std  # (B, C, H, W)
+
+    def _check(self, images: torch.Tensor) -> None:
+        """Float images of this layer's channels, or a TypeError / ValueError saying the fix."""
         if not torch.is_floating_point(images):
             raise TypeError(
                 f"Normalize takes float images in [0, 1], got {images.dtype}; convert 8-bit "
@@ -152,8 +158,6 @@ class Normalize(nn.Module):
                 f"{channels} channels (images.expand(-1, {channels}, -1, -1)) or use a "
                 "Normalize with one mean and std per channel."
             )
-        mean, std = self.mean.to(images.dtype), self.std.to(images.dtype)
-        return (images - mean) / std  # (B, C, H, W)
 
 
 def _checksum(*arrays: np.ndarray) -> str:

@@ -172,7 +172,9 @@ class Preprocess(Normalize):
         forward: (B, C, H_in, W_in) -> (B, C, H, W).
 
     Raises:
-        ValueError: ``mean`` and ``std`` of different lengths, a non-positive ``std`` or size.
+        ValueError: ``mean`` and ``std`` of different lengths, a non-positive ``std`` or size;
+            in ``forward``, images of another number of channels.
+        TypeError: in ``forward``, images that are not floating point (before any resizing).
 
     Example:
         >>> preprocess = Preprocess(4, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
@@ -193,6 +195,7 @@ class Preprocess(Normalize):
         return f"size={self.size}, {super().extra_repr()}"
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self._check(images)  # before the resize, which would fail on 8-bit photos inside torch
         if tuple(images.shape[-2:]) != self.size:
             images = F.interpolate(images, size=self.size, mode="bilinear", antialias=True)
         return super().forward(images)  # (B, C, H, W)
