@@ -12,7 +12,9 @@ Two tables, each timed interleaved in one process (``benchmarks/common.py``), re
   finiteness check), its state copy and its bookkeeping. Target: fit / plain <= 1.10. Then
   ``fit(compile=True)`` (the forward pass and the loss compiled, CUDA graphs on a GPU), target
   at most half the plain loop's epoch; and the ladder's CNN, ResNet-18 (11.2M parameters), an
-  epoch of ``fit`` eager and compiled, so that each ladder row's cost follows from the table.
+  epoch of ``fit`` eager and compiled, so that each ladder row's cost follows from the table;
+  and the data-efficient chapter's distilled row (a distillation token, DeiT's hard loss, a
+  ResNet-18 teacher whose forward pass runs in every step), which prices the teacher.
   Each epoch is timed 15 times (5 with ``--quick``); besides each median, the spread of the
   ratio is the interquartile range of the per-round ratios (the rounds are interleaved, so a
   slow round slows both) over their median: the target for fit / plain is a spread under 10%.
@@ -59,14 +61,14 @@ def synchronize(where: torch.device) -> None:
         torch.cuda.synchronize(where)
 
 
-def photo_vit(quick: bool) -> nn.Module:
+def photo_vit(quick: bool, *, distilled: bool = False) -> nn.Module:
     from vitbook import VisionTransformer, ViTConfig
     from vitbook.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
 
     size = {"embed_dim": 32, "depth": 2, "num_heads": 2} if quick else {
         "embed_dim": 256, "depth": 6, "num_heads": 8}  # fmt: skip
     config = ViTConfig(img_size=32, patch_size=4, num_classes=10, mlp_ratio=2.0,
-                       attn_impl="sdpa", **size)  # fmt: skip
+                       attn_impl="sdpa", distilled=distilled, **size)  # fmt: skip
     return nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), VisionTransformer(config))
 
 
@@ -123,14 +125,28 @@ def resnet18() -> nn.Module:
 
 
 def fit_epoch(
-    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, seed: int, compile: bool = False
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    seed: int,
+    compile: bool = False,
+    teacher: nn.Module | None = None,
 ) -> Callable[[], None]:
+    """One epoch of ``fit``; with a ``teacher``, DeiT's hard distillation from it (the
+    distillation token's student, the teacher's forward pass under the same autocast)."""
     from vitbook.augment import random_crop_flip
+    from vitbook.distill import DistillationLoss
     from vitbook.train import fit
+
+    recipe = dict(RECIPE)
+    if teacher is not None:
+        recipe["criterion"] = DistillationLoss(
+            teacher, "hard", label_smoothing=recipe.pop("label_smoothing")
+        )
 
     def epoch() -> None:
         fit(model, (images, labels), epochs=1, seed=seed, warmup_epochs=0, compile=compile,
-            augment=random_crop_flip(padding=4), progress=False, **RECIPE)  # fmt: skip
+            augment=random_crop_flip(padding=4), progress=False, **recipe)  # fmt: skip
         synchronize(images.device)
 
     return epoch
@@ -162,6 +178,14 @@ def fit_table(quick: bool) -> Table:
         torch.manual_seed(0)
         candidates[name] = fit_epoch(resnet18().to(where), images[:n_cnn], labels[:n_cnn],
                                      0, compile_it)  # fmt: skip
+    # The data-efficient chapter's distilled row: the teacher's forward pass is part of every
+    # step, so the row costs the student's step plus a ResNet-18 inference per batch.
+    torch.manual_seed(0)
+    teacher = resnet18().to(where)
+    candidates["fit, DeiT hard, ResNet-18 teacher"] = fit_epoch(
+        photo_vit(quick, distilled=True).to(where), images[:n_cnn], labels[:n_cnn], 0,
+        teacher=teacher,
+    )
     repeats = MIN_REPEATS if quick else REPEATS
     times = interleaved_times(candidates, warmup=2 if compiled else 1, repeats=repeats)
     table = Table(
@@ -176,9 +200,13 @@ def fit_table(quick: bool) -> Table:
         per_round = [t / p for t, p in zip(taken, plain, strict=True)]
         ratios[name] = median(taken) / median(plain)
         spreads[name] = quartile_spread(per_round)
-        model = "ResNet-18" if "ResNet" in name else "photo ViT"
-        size = n_cnn if "ResNet" in name else n
-        table.add(name.replace(", ResNet-18", ""), model, size, median(taken), ratios[name],
+        if "teacher" in name:
+            loop, model, size = "fit, DeiT hard distillation", "distilled photo ViT", n_cnn
+        elif "ResNet" in name:
+            loop, model, size = name.replace(", ResNet-18", ""), "ResNet-18", n_cnn
+        else:
+            loop, model, size = name, "photo ViT", n
+        table.add(loop, model, size, median(taken), ratios[name],
                   None if name == "plain loop" else spreads[name])  # fmt: skip
     ratio = ratios["fit"]
     compiled_ratio = ratios.get("fit, compiled")
@@ -203,7 +231,10 @@ def fit_table(quick: bool) -> Table:
     table.notes.append(
         f"Medians of {repeats} epochs each, interleaved; ratio spread = interquartile range of "
         "the per-round ratios to the plain loop / their median. ResNet-18 rows: the ladder's "
-        f"CNN with fit's recipe on {n_cnn} images."
+        f"CNN with fit's recipe on {n_cnn} images. DeiT row: the photo ViT with a distillation "
+        f"token, hard distillation from a ResNet-18 teacher (its forward pass in every step), on "
+        f"{n_cnn} images. Where every row has the same images (on a GPU), its ratio over the fit "
+        "row is the price of the teacher and the second token."
     )
     return table
 

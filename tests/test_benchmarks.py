@@ -178,9 +178,11 @@ def test_gpu_tables_time_fit_against_a_plain_loop_and_name_the_device(report):
     fit = table(report, "gpu-fit")
     compiled = torch.cuda.is_available()  # the compiled rows run on a GPU only
     both = ["fit", *["fit, compiled"] * compiled]
-    loops = ["plain loop", *both, *both]
+    loops = ["plain loop", *both, *both, "fit, DeiT hard distillation"]
     assert fit.column("loop") == loops
-    assert fit.column("model") == ["photo ViT"] * (2 + compiled) + ["ResNet-18"] * (1 + compiled)
+    assert fit.column("model") == (
+        ["photo ViT"] * (2 + compiled) + ["ResNet-18"] * (1 + compiled) + ["distilled photo ViT"]
+    )  # the last row prices the teacher's forward pass in every step
     seconds = fit.column("epoch s (median)")
     assert positive_finite(seconds)
     assert fit.data["ratio"] == pytest.approx(seconds[1] / seconds[0])

@@ -11,13 +11,16 @@ button folds the chapter list away and back. In a 390 px window (a phone) it mea
 width, the size of every figure's text as shown and the shadows that mark boxes scrolling
 sideways; at 390 and at 768 px (a tablet) it opens the chapter list from the menu button that a
 reader sees, and at 390 px the page contents, and follows a link in each. Screenshots (one per page
-at each width, the chapter list open at 390 and 768 px, one per figure after its controls have
-moved) and ``summary.json`` land in ``_build/screenshots/``.
+at each width, its first screen, or the whole page with ``VITBOOK_SCREENSHOTS=full``; the chapter
+list open at 390 and 768 px; one per figure after its controls have moved) and ``summary.json``
+land in ``_build/screenshots/``. The theme's transitions are switched off (``NO_MOTION``), so that
+a check waits for the next frames rather than for a fixed time.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import statistics
@@ -34,9 +37,17 @@ from vitbook.plotting.style import CSS_PX_PER_INCH, MIN_FONT_SIZE
 pytestmark = [pytest.mark.book, pytest.mark.xdist_group("book")]
 
 SCREENSHOTS = BUILD_DIR / "screenshots"
-# A whole page is a picture of up to 1280 x 30,000 px: as a JPEG it takes about half the time of
-# a PNG to write (for people to look at; no test reads it back).
-WHOLE_PAGE = {"type": "jpeg", "quality": 80}
+# Screenshots are for people to look at; no test reads them back. By default each page gets its
+# first screen at each width; VITBOOK_SCREENSHOTS=full takes whole pages instead (up to 1280 x
+# 30,000 px, as JPEG, about half the time of a PNG), which costs about a minute more.
+WHOLE_PAGES = os.environ.get("VITBOOK_SCREENSHOTS", "") == "full"
+PAGE_SHOT = {"type": "jpeg", "quality": 80, "full_page": WHOLE_PAGES}
+# The theme's transitions (a sidebar sliding out in 0.25 s, a modal fading in) switched off, so
+# that a test waits for two frames after a click instead of a fixed time. Nothing else changes.
+NO_MOTION = (
+    "*, *::before, *::after { transition: none !important; animation: none !important;"
+    " scroll-behavior: auto !important; }"
+)
 PAGE_LIMIT_BYTES = 5_000_000  # BOOK.md: keep a page under 5 MB
 LOCAL_SCHEMES = {"file", "data", "blob", "about"}
 REDIRECT = re.compile(r'http-equiv="refresh" content="\d+; ?url=(?P<target>[^"]+)"', re.IGNORECASE)
@@ -452,10 +463,11 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     if redirect:  # index.html sends the reader on to the first page of the book
         page.wait_for_url((path.parent / redirect["target"]).resolve().as_uri())
         page.wait_for_load_state("load")
+    page.add_style_tag(content=NO_MOTION)
     math = page.evaluate(MATH)
     height = page.evaluate(PAGE_HEIGHT)
     stem = name.removesuffix(".html").replace("/", "--")
-    page.screenshot(path=SCREENSHOTS / f"{stem}.jpeg", full_page=True, **WHOLE_PAGE)
+    page.screenshot(path=SCREENSHOTS / f"{stem}.jpeg", **PAGE_SHOT)
     explorers = page.locator(EXPLORER)
     count = explorers.count()
     stored = [explorers.nth(e).evaluate(STORED_FRAMES) for e in range(count)]
@@ -467,12 +479,12 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     layout = page.evaluate(LAYOUT)
     sidebar = fold_the_sidebar(page)
     page.set_viewport_size(PHONE)
-    page.wait_for_timeout(100)  # let the theme's layout settle at the new width
+    settle(page)
     phone_width = page.evaluate(PAGE_WIDTH)
     phone_layout = page.evaluate(LAYOUT)
     phone_reading = page.evaluate(PHONE_READING)
     phone_reading["shadows"] = edge_shadows(page)
-    page.screenshot(path=SCREENSHOTS / f"{stem}--phone.jpeg", full_page=True, **WHOLE_PAGE)
+    page.screenshot(path=SCREENSHOTS / f"{stem}--phone.jpeg", **PAGE_SHOT)
     outside = {}
     for e in range(count):  # every control again, in a phone's window
         root = explorers.nth(e)
@@ -486,7 +498,7 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     menus = {"390": open_the_chapter_list(page, SCREENSHOTS / f"{stem}--phone-menu.png")}
     menus["390 contents"] = open_the_page_contents(page)
     page.set_viewport_size(TABLET)
-    page.wait_for_timeout(100)
+    settle(page)
     for e in range(count):  # and in a tablet's
         outside["768"] = outside.get("768", []) + move_every_control(
             page, explorers.nth(e), f"{name} figure {e + 1}", report, stored[e], window=TABLET
@@ -519,6 +531,14 @@ def visit_page(context, path: Path, html_dir: Path, report: dict) -> dict:
     }
 
 
+def settle(page) -> None:
+    """Wait until the browser has drawn two more frames: a click's, a scroll's or a resize's
+    effects are laid out and painted (the theme's transitions are off, NO_MOTION)."""
+    page.evaluate(
+        "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )
+
+
 def visible_button(page, selector: str):
     """The one button of ``selector`` that a reader sees, or None (and how many there were)."""
     shown = page.locator(selector).filter(visible=True)
@@ -532,10 +552,10 @@ def fold_the_sidebar(page) -> dict:
     if button is None:
         return result
     button.click()
-    page.wait_for_timeout(400)  # the theme slides the sidebar out in 0.25 s
+    settle(page)
     result["folded"] = page.evaluate(SIDEBAR)
     button.click()
-    page.wait_for_timeout(400)
+    settle(page)
     result["unfolded"] = page.evaluate(SIDEBAR)
     return result
 
@@ -544,10 +564,10 @@ def edge_shadows(page) -> dict:
     """The shadows of the boxes that scroll sideways, at their start and at their far end."""
     start = page.evaluate(EDGE_SHADOWS)
     page.evaluate(SCROLL_BOXES, True)
-    page.wait_for_timeout(150)  # scroll events are delivered on the next frame
+    settle(page)
     end = page.evaluate(EDGE_SHADOWS)
     page.evaluate(SCROLL_BOXES, False)
-    page.wait_for_timeout(150)
+    settle(page)
     return {"start": start, "end": end}
 
 
@@ -559,11 +579,11 @@ def open_the_chapter_list(page, screenshot: Path) -> dict:
     if button is None:
         return result
     button.click()
-    page.wait_for_timeout(300)
+    settle(page)
     result["panel"] = page.evaluate(PANEL, "pst-primary-sidebar-modal")
     page.screenshot(path=screenshot)
     page.keyboard.press("Escape")
-    page.wait_for_timeout(100)
+    settle(page)
     result["closed"] = not page.evaluate(PANEL, "pst-primary-sidebar-modal")["open"]
     return result
 
@@ -575,13 +595,13 @@ def open_the_page_contents(page) -> dict:
     if button is None:
         return result
     button.click()
-    page.wait_for_timeout(300)
+    settle(page)
     result["panel"] = panel = page.evaluate(PANEL, "pst-secondary-sidebar-modal")
     sections = [link for link in panel["links"] if link["hash"]]
     if panel["open"] and sections:
         target = sections[len(sections) // 2]
         page.locator(f'#pst-secondary-sidebar-modal a[href="{target["raw"]}"]').first.click()
-        page.wait_for_timeout(300)
+        settle(page)
         result["followed"] = {
             "wanted": target["hash"],
             "hash": page.evaluate("() => location.hash"),
@@ -597,13 +617,13 @@ def follow_a_chapter_link(page, toc_urls: set[str]) -> dict:
         return {}
     here = page.url.split("#")[0]
     button.click()
-    page.wait_for_timeout(300)
+    settle(page)
     links = page.evaluate(PANEL, "pst-primary-sidebar-modal")["links"]
     target = next((link for link in links if link["href"] in toc_urls - {here}), None)
     if target is None:
         return {"target": None}
     page.locator(f'#pst-primary-sidebar-modal a[href="{target["raw"]}"]').first.click()
-    page.wait_for_url(target["href"] + "*", timeout=5000)
+    page.wait_for_url(target["href"] + "*", timeout=5000, wait_until="commit")  # it went there
     return {"target": target["href"], "arrived": page.url.split("#")[0]}
 
 
