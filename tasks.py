@@ -20,7 +20,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -42,10 +44,16 @@ def say(message: str) -> None:
     print(f"[tasks] {message}", flush=True)
 
 
-def run(*cmd: str | Path, env: dict[str, str] | None = None) -> int:
-    """Run a command from the repository root, streaming its output, and return its exit code."""
-    say("$ " + " ".join(str(part) for part in cmd))
-    return subprocess.run([str(part) for part in cmd], cwd=ROOT, env=env).returncode
+def run(*cmd: str | Path, env: dict[str, str] | None = None, log: Path | None = None) -> int:
+    """Run a command from the repository root and return its exit code. Its output streams to
+    this terminal, or with ``log`` goes to that file (for a command run beside another)."""
+    say("$ " + " ".join(str(part) for part in cmd) + (f"  (output: {log.name})" if log else ""))
+    if log is None:
+        return subprocess.run([str(part) for part in cmd], cwd=ROOT, env=env).returncode
+    with log.open("w") as out:
+        return subprocess.run(
+            [str(part) for part in cmd], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        ).returncode
 
 
 def ensure_system_packages() -> None:
@@ -128,7 +136,10 @@ def torch_pin() -> str:
     sys.exit("[tasks] constraints.txt pins no torch")
 
 
-def ensure_classic_venv() -> None:
+CLASSIC_LOG = ROOT / ".venv-classic.log"
+
+
+def ensure_classic_venv(log: Path | None = None) -> None:
     """Create `.venv-classic`, the classic Notebook with ipywidgets 7, for the front-end tests.
 
     It holds requirements-classic.txt (notebook 6.5.7, ipywidgets 7.7.1, widgetsnbextension
@@ -144,7 +155,9 @@ def ensure_classic_venv() -> None:
         return
     say("installing the classic Notebook with ipywidgets 7 into .venv-classic")
     pip = (CLASSIC_PYTHON, "-m", "pip", "install", "--disable-pip-version-check")
-    if run(*pip, "-r", CLASSIC_REQUIREMENTS, torch_pin()) != 0:
+    if run(*pip, "-r", CLASSIC_REQUIREMENTS, torch_pin(), log=log) != 0:
+        if log is not None:
+            print("".join(log.read_text().splitlines(keepends=True)[-30:]), flush=True)
         sys.exit(
             "[tasks] pip install into .venv-classic failed (it needs PyPI, and the PyTorch CPU "
             "index for torch: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu); delete "
@@ -204,13 +217,34 @@ def book() -> int:
     return 0
 
 
-def test(pytest_args: list[str]) -> int:
+def start_classic_venv() -> Callable[[], None]:
+    """Set up `.venv-classic` in a thread, beside the set-up of `.venv` (each install waits on
+    downloads and the disk as much as on a core, so together they take about the time of the
+    longer one); return the function that waits for it and reports a failure. Its pip output
+    goes to .venv-classic.log."""
+    failure: list[str] = []
+
+    def work() -> None:
+        try:
+            ensure_classic_venv(log=CLASSIC_LOG)
+        except SystemExit as error:
+            failure.append(str(error))
+
+    thread = threading.Thread(target=work, name="venv-classic")
+    thread.start()
+
+    def wait() -> None:
+        thread.join()
+        if failure:  # the other tests still run; tests/test_frontends.py says why
+            say(f"{failure[0]} (continuing: the classic-Notebook test will fail)")
+
+    return wait
+
+
+def test(pytest_args: list[str], classic_ready: Callable[[], None]) -> int:
     """Lint, then run pytest: unit tests, doctests, the book build and every notebook."""
     ensure_system_packages()
-    try:
-        ensure_classic_venv()
-    except SystemExit as error:  # the other tests still run; tests/test_frontends.py says why
-        say(f"{error} (continuing: the classic-Notebook test will fail)")
+    classic_ready()
     workers = pytest_workers(pytest_args)
     env = tool_env(threads=1 if workers else None)
     if workers:
@@ -267,12 +301,18 @@ def main() -> int:
     if sys.version_info < (3, 10):  # noqa: UP036 (the guard is for older interpreters)
         sys.exit(f"[tasks] vitbook needs Python 3.10 or newer, not {sys.version.split()[0]}")
     os.chdir(ROOT)
-    ensure_venv()
+    classic_ready = start_classic_venv() if args.command == "test" else None
+    try:
+        ensure_venv()
+    except SystemExit:
+        if classic_ready is not None:
+            classic_ready()
+        raise
     if args.command == "bench":
         return bench(extra)
     if args.command == "colab":
         return colab()
-    return book() if args.command == "book" else test(extra)
+    return book() if args.command == "book" else test(extra, classic_ready)
 
 
 if __name__ == "__main__":
