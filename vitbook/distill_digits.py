@@ -55,7 +55,6 @@ See chapter: Can a ViT beat the CNN that taught it?
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -374,13 +373,7 @@ def summary(
         values = [float(run[metric]) for run in runs if metric in run]
         if not values:
             continue
-        table[label] = {
-            "n": len(values),
-            "mean": statistics.fmean(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "min": min(values),
-            "max": max(values),
-        }
+        table[label] = records.spread(values)
     return table
 
 

@@ -48,7 +48,6 @@ See chapters: Training and classification; Positional encodings; Images as seque
 from __future__ import annotations
 
 import platform
-import statistics
 import time
 from pathlib import Path
 
@@ -354,13 +353,7 @@ def summary(
     table = {}
     for label, runs in experiments[experiment]["runs"].items():
         values = [float(run[metric]) for run in runs]
-        table[label] = {
-            "n": len(values),
-            "mean": statistics.fmean(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "min": min(values),
-            "max": max(values),
-        }
+        table[label] = records.spread(values)
     return table
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import statistics
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,6 +38,7 @@ __all__ = [
     "is_shipped",
     "join",
     "new_path",
+    "spread",
     "read_json",
     "write_bytes",
     "write_json",
@@ -44,6 +46,26 @@ __all__ = [
 ]
 
 ASSETS = Path(__file__).parent / "assets"
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """The seeds' spread of one number: ``n``, ``mean``, ``std`` (0.0 for one seed), ``min``,
+    ``max``. What every results file's summary reports per setting.
+
+    Example:
+        >>> {name: round(value, 4) for name, value in spread([0.8, 0.9]).items()}
+        {'n': 2, 'mean': 0.85, 'std': 0.0707, 'min': 0.8, 'max': 0.9}
+    """
+    values = [float(value) for value in values]
+    if not values:
+        raise ValueError("spread needs at least one value, got none.")
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+    }
 
 
 class ResultsFileError(ValueError):

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import math
-import statistics
 import time
 from pathlib import Path
 
@@ -414,14 +413,7 @@ def summary(
         table[setting] = {}
         for shots, entry in by_shots.items():
             values = [float(run[metric]) for run in entry["runs"]]
-            table[setting][shots] = {
-                "n": len(values),
-                "mean": statistics.fmean(values),
-                "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                "min": min(values),
-                "max": max(values),
-                "lr": entry["lr"],
-            }
+            table[setting][shots] = {**records.spread(values), "lr": entry["lr"]}
     return table
 
 
