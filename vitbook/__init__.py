@@ -13,6 +13,7 @@ optimiser step, accumulation and the divergence guard) and :mod:`vitbook.evaluat
 (CIFAR-10 and its offline stand-in), :mod:`vitbook.ladder` (the photo chapter's recorded runs),
 :mod:`vitbook.records` (results files that never overwrite recorded runs),
 :mod:`vitbook.comparison` (paired differences of two recorded settings over their seeds),
+:mod:`vitbook.numerics` (how far two computations of the same numbers may be apart),
 :mod:`vitbook.distill` and :mod:`vitbook.distill_digits` (DeiT's distillation and its measured
 miniature), :mod:`vitbook.analysis`,
 :mod:`vitbook.pretrained` (the shipped digits models and Hugging Face checkpoints),
