@@ -166,6 +166,35 @@ def ensure_classic_venv(log: Path | None = None) -> None:
     CLASSIC_STAMP.write_text(wanted + "\n")
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux lists them (empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def pair_kernel_caps(env: dict[str, str]) -> None:
+    """Cap oneDNN below AMX when ATen is capped below AVX-512 on a CPU with AMX.
+
+    ATEN_CPU_CAPABILITY=default (or avx2) gives the CPU kernels of an older machine, as the
+    README suggests for trying the book on another arithmetic. On a CPU with AMX, torch 2.13's
+    bf16 attention then fails ("pack_vnni2 is only supported when avx512 is supported": oneDNN
+    still packs for AMX while ATen's AVX-512 code is switched off), a combination no real machine
+    has. Capping oneDNN at AVX-512 with BF16 as well makes the pair consistent.
+    """
+    aten = env.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if aten in ("default", "avx2") and "ONEDNN_MAX_CPU_ISA" not in env:
+        if "amx_tile" in cpu_flags():
+            env["ONEDNN_MAX_CPU_ISA"] = "AVX512_CORE_BF16"
+            say(f"ATEN_CPU_CAPABILITY={aten} on a CPU with AMX: "
+                "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 as well (see pair_kernel_caps in tasks.py)")
+
+
 def tool_env(threads: int | None = None) -> dict[str, str]:
     """The environment for every command: the venv first on PATH, unbuffered, few threads."""
     env = dict(os.environ)
@@ -180,6 +209,7 @@ def tool_env(threads: int | None = None) -> dict[str, str]:
     threads = threads or max(1, min(2, cpu_count()))
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env.setdefault(name, str(threads))
+    pair_kernel_caps(env)
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiets a debugger warning in kernels
     # Builds and tests never download: the pretrained-ViT chapter then takes its offline path.
     # Set HF_HUB_OFFLINE=0 to build that chapter with the real model, downloaded once and cached.

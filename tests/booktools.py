@@ -13,6 +13,7 @@ from the sources, executing every notebook.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -161,6 +162,114 @@ def explorer_frames(html: str) -> tuple[dict[str, tuple[str, ...]], str]:
     }, first
 
 
+# --- a second machine's arithmetic for the notebooks ------------------------------------------
+
+# torch picks CPU kernels by instruction set (ATen's own, oneDNN's, MKL's BLAS), and the thread
+# count changes the order of sums: the same seeded chapter gives other last bits on another CPU,
+# and live training amplifies them. `python3 tasks.py book` runs the notebooks with this machine's
+# own kernels; the test run's nbval executes them as an older or different machine would, so
+# that the two commands together always cover two arithmetics. Each profile caps the three
+# libraries together (capping ATen alone below AVX-512 on a CPU with AMX makes torch 2.13's bf16
+# attention fail in oneDNN's packing, a limitation of the emulation that no real machine has).
+NUMERICS_VARIABLE = "VITBOOK_NOTEBOOK_NUMERICS"  # "native", or "NAME=VALUE NAME=VALUE ..."
+KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+# (what the profile needs from the CPU, ATen, oneDNN, MKL; None: left as it is). The first that
+# the CPU can run and that changes ATen's kernels (and oneDNN's or MKL's, where it caps them)
+# wins. On an AVX2 machine only ATen's kernels and the threads change: capping oneDNN and MKL
+# below AVX2 (to AVX, without fused multiply-add) doubles the notebooks' time.
+X86_PROFILES = (
+    ("avx512", "default", "AVX2", "AVX2"),  # an AVX2 machine with ATen's portable kernels
+    ("avx512", "avx2", "AVX512_CORE", "AVX512"),  # AVX-512 without BF16 or AMX, ATen's AVX2
+    ("avx2", "default", None, None),  # ATen's portable kernels, the BLAS as it is
+    ("avx2", "avx2", None, None),  # for a reader who capped ATen to its portable kernels
+)
+# Ranks of the instruction sets that oneDNN and MKL may be capped to; a cap above what the CPU
+# has changes nothing. Names not listed (AVX512_CORE_AMX, say) rank above AVX-512.
+_ONEDNN_RANK = {"SSE41": 0, "AVX": 1, "AVX2": 2, "AVX512_CORE": 3}
+_MKL_RANK = {"SSE4_2": 0, "AVX": 1, "AVX2": 2, "AVX512": 3}
+
+
+def _probe(env: dict[str, str]) -> dict:
+    """What torch sees in a process with ``env``: ATen's capability and the CPU's features."""
+    return dict(_probe_once(env.get("ATEN_CPU_CAPABILITY"), env.get("PATH", "")))
+
+
+@functools.cache
+def _probe_once(aten: str | None, path: str) -> tuple:
+    env = {"PATH": path, **({"ATEN_CPU_CAPABILITY": aten} if aten is not None else {})}
+    code = (
+        "import json, platform, torch\n"
+        "cpu = torch.cpu\n"
+        "has = lambda name: bool(getattr(cpu, name, lambda: False)())\n"
+        "print(json.dumps({'capability': torch.backends.cpu.get_cpu_capability().lower(),"
+        " 'machine': platform.machine().lower(), 'avx2': has('_is_avx2_supported'),"
+        " 'avx512': has('_is_avx512_supported'),"
+        " 'beyond': has('_is_avx512_bf16_supported') or has('_is_amx_tile_supported')}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return tuple(json.loads(result.stdout).items())
+
+
+def foreign_numerics(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables under which the test run executes the notebooks: CPU kernels that differ
+    from the ones ``env`` (default: this process's environment) gets, and one thread where the
+    book build uses two (two where it uses one).
+
+    The first profile of ``X86_PROFILES`` that the CPU can run and that changes ATen's kernels
+    (and oneDNN's or MKL's, where it caps them) wins. ``VITBOOK_NOTEBOOK_NUMERICS=native``
+    keeps the environment's own kernels (to tell a failure of the arithmetic from another);
+    ``VITBOOK_NOTEBOOK_NUMERICS="ATEN_CPU_CAPABILITY=avx2 ..."`` names the variables outright.
+    """
+    env = dict(os.environ if env is None else env)
+    chosen = env.get(NUMERICS_VARIABLE, "").strip()
+    if chosen == "native":
+        return {}
+    if chosen:
+        pairs = [item.partition("=") for item in chosen.split()]
+        if any(not name or not sep for name, sep, _ in pairs):
+            raise ValueError(
+                f"{NUMERICS_VARIABLE}={chosen!r}: write 'native' or NAME=VALUE pairs separated "
+                "by spaces, e.g. 'ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=AVX2'."
+            )
+        return {name: value for name, _, value in pairs}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = {name: "1" if (cores or 1) > 1 else "2"
+               for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}  # fmt: skip
+    seen = _probe(env)
+    if seen["machine"] not in ("x86_64", "amd64"):
+        other = {"ATEN_CPU_CAPABILITY": "default"} if seen["capability"] != "default" else {}
+        return threads | other
+    top = 4 if seen["beyond"] else 3 if seen["avx512"] else 2 if seen["avx2"] else 1
+
+    def onednn(name: str) -> int:  # the rank a cap gives on this CPU
+        return min(_ONEDNN_RANK.get(name.upper(), 4), top)
+
+    def mkl(name: str) -> int:
+        return min(_MKL_RANK.get(name.upper(), 4), top, 3)
+
+    onednn_now = onednn(env.get("ONEDNN_MAX_CPU_ISA", "native"))
+    mkl_now = mkl(env.get("MKL_ENABLE_INSTRUCTIONS", "native"))
+    for needs, aten, onednn_cap, mkl_cap in X86_PROFILES:
+        if not seen[needs] or aten == seen["capability"]:
+            continue
+        caps = {"ONEDNN_MAX_CPU_ISA": onednn_cap, "MKL_ENABLE_INSTRUCTIONS": mkl_cap}
+        if onednn_cap is None or onednn(onednn_cap) != onednn_now or mkl(mkl_cap) != mkl_now:
+            if onednn_cap is None and seen["beyond"] and "ONEDNN_MAX_CPU_ISA" not in env:
+                caps["ONEDNN_MAX_CPU_ISA"] = "AVX512_CORE_BF16"  # no AMX beside a capped ATen
+            chosen = {"ATEN_CPU_CAPABILITY": aten, **caps}
+            return threads | {name: value for name, value in chosen.items() if value is not None}
+    return threads
+
+
+def describe_numerics(variables: dict[str, str]) -> str:
+    """One line for the test summary: the variables the notebooks ran under."""
+    if not variables:
+        return "this machine's own kernels and threads"
+    return " ".join(f"{name}={value}" for name, value in sorted(variables.items()))
+
+
 # --- executing the notebooks, once per test run ----------------------------------------------
 
 
@@ -219,6 +328,7 @@ def execute_notebook(notebook: Path, *, wait: bool = True) -> Execution | None:
         )
         env = {
             **kernel_env(),
+            **foreign_numerics(),  # another machine's arithmetic than `tasks.py book`'s
             "MPLBACKEND": "Agg",
             "PYTHONPATH": path,
             "VITBOOK_EXECUTED_NOTEBOOK": str(executed),

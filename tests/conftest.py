@@ -18,7 +18,10 @@ from booktools import (
     HTML_DIR,
     LOG_TAIL_LINES,
     ROOT,
+    SOURCE_DIR,
+    describe_numerics,
     execute_every_notebook,
+    foreign_numerics,
     kernel_env,
     prepare_sources,
     read_yaml,
@@ -114,6 +117,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     Under pytest-xdist the browser test runs in a worker, whose stash the controller cannot see:
     the summary then comes from the ``summary.json`` that the test wrote during this run.
     """
+    started = config.stash.get(RUN_STARTED, float("inf"))
+    stamps = [p for p in SOURCE_DIR.rglob("*.ipynb.run") if p.stat().st_mtime >= started]
+    if stamps:  # notebooks ran in this test run: under which arithmetic
+        terminalreporter.write_sep("-", "the notebooks' arithmetic")
+        terminalreporter.write_line(
+            f"{len(stamps)} notebooks executed by nbval under "
+            f"{describe_numerics(foreign_numerics())}"
+            " (another machine's kernels and threads than `python3 tasks.py book`, which uses "
+            "this machine's own: tests/booktools.py, foreign_numerics)"
+        )
     summary = config.stash.get(BROWSER_SUMMARY, None)
     written = BUILD_DIR / "screenshots" / "summary.json"
     if summary is None and written.exists():
