@@ -60,9 +60,40 @@ def test_soft_distillation_is_deits_formula(batch, tau):
     kl = (p_t * (p_t.log() - log_p_s)).sum() * tau**2 / (B * N_CLS)
     expected = 0.6 * F.cross_entropy(logits, labels) + 0.4 * kl
     torch.testing.assert_close(loss((logits, logits_dist), labels, images), expected)
+    # batchmean: the KL per image, n_cls times DeiT's per-class mean.
+    usual = DistillationLoss(teacher, "soft", alpha=0.4, tau=tau, kl_reduction="batchmean")
+    expected = 0.6 * F.cross_entropy(logits, labels) + 0.4 * kl * N_CLS
+    torch.testing.assert_close(usual((logits, logits_dist), labels, images), expected)
+    reference = F.kl_div(log_p_s, p_t, reduction="batchmean") * tau**2  # PyTorch's own
+    torch.testing.assert_close(kl * N_CLS, reference)
 
 
-def test_none_trains_the_class_head_on_the_labels_alone(batch):
+def test_tau_squared_keeps_the_soft_gradient_scale_as_tau_grows(batch):
+    # Hinton et al.: the gradient of tau^2 KL with respect to z_s is tau (p_s - p_t), and for a
+    # tau large against the logits' spread p_s - p_t is about (z_s - z_t) / (tau n_cls) (less
+    # their means), so the product does not depend on tau; without tau^2 it would shrink as
+    # 1 / tau^2. The gradients' norms at tau = 4 and tau = 8 show it.
+    images, labels, _ = batch
+    teacher = teacher_model()
+    with torch.no_grad():
+        z_t = teacher(images)
+    z_s = torch.zeros(B, N_CLS, requires_grad=True)
+    norms = {}
+    for tau in (4.0, 8.0):
+        z_s.grad = None
+        loss = DistillationLoss(teacher, "soft", alpha=1.0, tau=tau)
+        loss((z_s, z_s), labels, images).backward()
+        norms[tau] = z_s.grad.norm().item()
+        p_t, p_s = (z_t / tau).softmax(1), (z_s / tau).softmax(1)
+        torch.testing.assert_close(z_s.grad, tau * (p_s - p_t).detach() / (B * N_CLS))
+    # (p_s - p_t) ~ (z_t - mean) / (tau * n_cls) for large tau: the product is about constant.
+    assert abs(norms[8.0] / norms[4.0] - 1) < 0.2
+
+
+def test_none_trains_both_heads_on_the_labels_and_never_runs_a_teacher(batch):
+    # The control "the distillation token without a teacher": each head gets the labels, with
+    # the weights the heads have under distillation, so that evaluation, which averages the
+    # heads, never averages in an untrained one.
     images, labels, (logits, logits_dist) = batch
 
     class Refuses(nn.Module):
@@ -70,10 +101,33 @@ def test_none_trains_the_class_head_on_the_labels_alone(batch):
             raise AssertionError("the teacher must not run for distillation_type='none'")
 
     for teacher in (None, Refuses()):
-        loss = DistillationLoss(teacher, "none", label_smoothing=0.1)
+        loss = DistillationLoss(teacher, "none", alpha=0.3, label_smoothing=0.1)
         value = loss((logits, logits_dist), labels, images)
-        torch.testing.assert_close(value, F.cross_entropy(logits, labels, label_smoothing=0.1))
-        torch.testing.assert_close(loss(logits, labels, images), value)  # a plain model too
+        expected = 0.7 * F.cross_entropy(logits, labels, label_smoothing=0.1) + (
+            0.3 * F.cross_entropy(logits_dist, labels, label_smoothing=0.1))  # fmt: skip
+        torch.testing.assert_close(value, expected)
+        one = loss(logits, labels, images)  # a plain model: the labels' loss alone
+        torch.testing.assert_close(one, F.cross_entropy(logits, labels, label_smoothing=0.1))
+    student = student_model().train()
+    DistillationLoss(None, "none")(student(images), labels, images).backward()
+    for head in (student.head, student.head_dist):
+        assert head.weight.grad.abs().sum() > 0
+    # A teacher that is not used is not frozen either.
+    unused = teacher_model()
+    DistillationLoss(unused, "none")
+    assert all(p.requires_grad for p in unused.parameters())
+
+
+def test_fit_trains_the_distillation_head_without_a_teacher():
+    from vitbook.train import fit
+
+    torch.manual_seed(0)
+    images, labels = torch.rand(24, 1, 8, 8), torch.arange(24) % N_CLS
+    student = student_model()
+    start = student.head_dist.weight.detach().clone()
+    fit(student, (images, labels), epochs=1, batch_size=8, criterion=DistillationLoss(None, "none"),
+        progress=False)  # fmt: skip
+    assert not torch.equal(student.head_dist.weight, start)
 
 
 def test_soft_targets_after_mixup_and_label_smoothing_on_the_labels_only(batch):
@@ -109,17 +163,94 @@ def test_the_teacher_is_frozen_and_stays_in_eval_mode():
                             nn.Linear(4 * 6 * 6, N_CLS)).train()  # fmt: skip
     running = teacher[1].running_mean.clone()
     loss = DistillationLoss(teacher, "soft")
-    assert not teacher.training and not any(p.requires_grad for p in teacher.parameters())
+    assert not teacher.training
     loss.train()  # what a training loop might do to every module it sees
     assert not teacher.training and loss.training
     student = student_model().train()
     images, labels = torch.randn(B, 1, 8, 8), torch.tensor([0, 1, 2, 3, 4, 0])
     loss(student(images), labels, images).backward()
+    assert not any(p.requires_grad for p in teacher.parameters())  # frozen at the first call
     assert all(p.grad is None for p in teacher.parameters())
     torch.testing.assert_close(teacher[1].running_mean, running, rtol=0, atol=0)
     teacher.train()  # by hand, after the loss was built: refused on the next call
     with pytest.raises(ValueError, match=r"teacher is in train mode.*Call teacher\.eval\(\)"):
         loss(student(images), labels, images)
+
+
+def test_a_student_given_as_its_own_teacher_is_refused_with_the_fix():
+    from vitbook.train import fit
+
+    torch.manual_seed(0)
+    images, labels = torch.rand(16, 1, 8, 8), torch.arange(16) % N_CLS
+    student = student_model()
+    loss = DistillationLoss(student, "hard")
+    with pytest.raises(ValueError, match=r"depend on \d+ of the teacher's parameters: the "
+                       r"teacher is the student.*copy\.deepcopy"):  # fmt: skip
+        loss(student.train()(images), labels, images)
+    assert all(p.requires_grad for p in student.parameters())  # not frozen behind its back
+    with pytest.raises(ValueError, match="teacher is the student"):  # fit says so too
+        fit(student, (images, labels), epochs=1, batch_size=8, criterion=loss, progress=False)
+    wrapped = nn.Sequential(nn.Identity(), student)  # sharing the weights is the same mistake
+    with pytest.raises(ValueError, match="teacher is the student, or shares its weights"):
+        DistillationLoss(wrapped, "soft")(student.train()(images), labels, images)
+    frozen = student_model().requires_grad_(False).train()
+    measure = DistillationLoss(teacher_model(), "hard")
+    with pytest.raises(ValueError, match="carry no gradient, so nothing would train"):
+        measure(frozen(images), labels, images)
+    with torch.no_grad():  # measuring a loss without training is fine
+        assert torch.isfinite(measure(frozen(images), labels, images))
+    import copy
+
+    trained = student_model()
+    fit(trained, (images, labels), epochs=1, batch_size=8, progress=False,
+        criterion=DistillationLoss(copy.deepcopy(trained), "hard"))  # the fix works
+
+
+@pytest.mark.parametrize("kind", ["hard", "soft"])
+def test_a_teacher_with_non_finite_logits_is_refused_not_argmaxed(batch, kind):
+    images, labels, outputs = batch
+
+    class Broken(nn.Module):  # a teacher whose weights went bad: NaN for two images
+        def __init__(self, rows):
+            super().__init__()
+            self.rows, self.net = rows, teacher_model()
+
+        def forward(self, images):
+            logits = self.net(images)
+            logits[self.rows] = float("nan")
+            return logits
+
+    with pytest.raises(ValueError, match=r"non-finite logits \(NaN or inf\) for 2 of 6 images"):
+        DistillationLoss(Broken([1, 4]), kind)(outputs, labels, images)
+    # After a clean first batch, a later NaN makes the loss NaN (for fit's check), not a target.
+    teacher = Broken([])
+    loss = DistillationLoss(teacher, kind)
+    assert torch.isfinite(loss(outputs, labels, images))
+    teacher.rows = [2]
+    assert torch.isnan(loss(outputs, labels, images))
+
+
+def test_fit_stops_when_the_teacher_goes_non_finite_later():
+    from vitbook.train import fit
+
+    torch.manual_seed(0)
+    images, labels = torch.rand(16, 1, 8, 8), torch.arange(16) % N_CLS
+    calls = []
+
+    class Decays(nn.Module):  # finite on the first batch, NaN from the second on
+        def __init__(self):
+            super().__init__()
+            self.net = teacher_model()
+
+        def forward(self, images):
+            calls.append(1)
+            logits = self.net(images)
+            return logits if len(calls) == 1 else logits * float("nan")
+
+    student = student_model()
+    with pytest.raises(ValueError, match="loss is nan"):
+        fit(student, (images, labels), epochs=1, batch_size=8, progress=False,
+            criterion=DistillationLoss(Decays(), "hard"))  # fmt: skip
 
 
 def test_the_teacher_runs_in_the_callers_autocast_without_gradients(batch):
@@ -167,6 +298,8 @@ def test_outputs_and_arguments_are_checked(batch):
         DistillationLoss(teacher, alpha=1.5)
     with pytest.raises(ValueError, match="tau=0 must be a finite number > 0; DeiT uses 1.0"):
         DistillationLoss(teacher, "soft", tau=0)
+    with pytest.raises(ValueError, match="kl_reduction='sum' is not supported"):
+        DistillationLoss(teacher, "soft", kl_reduction="sum")
     with pytest.raises(TypeError, match="distillation_type='hard' needs a teacher"):
         DistillationLoss(None, "hard")
     with pytest.raises(TypeError, match="teacher must be a torch.nn.Module"):

@@ -6,23 +6,39 @@ target, as the DeiT authors' ``losses.py`` does (Touvron et al., 2021, Section 4
 
     L = (1 - alpha) CE(Z_cls, y) + alpha L_distill(Z_dist, Z_t)
 
-    "none":  L_distill = 0 and alpha is not used: L = CE(Z_cls, y)
     "hard":  L_distill = CE(Z_dist, argmax_c Z_t)                 (y_t, the teacher's decision)
-    "soft":  L_distill = tau^2 KL(softmax(Z_t / tau) || softmax(Z_dist / tau)), summed over the
-             batch and the classes and divided by B * n_cls, as the authors' code does (a
-             per-class mean: 1 / n_cls of the usual per-image KL)
+    "soft":  L_distill = tau^2 KL(softmax(Z_t / tau) || softmax(Z_dist / tau))
+    "none":  L_distill = CE(Z_dist, y): no teacher, both heads on the labels
 
 with Z_t the teacher's logits on the same augmented images the student saw, y the labels (or
-soft targets after MixUp) and CE a cross-entropy with optional label smoothing. DeiT's defaults
-are ``alpha=0.5`` and ``tau=1.0``; with ``"hard"`` and ``alpha=0.5`` this is the paper's equation
-for hard-label distillation, (CE(Z_cls, y) + CE(Z_dist, y_t)) / 2.
+soft targets after MixUp) and CE a cross-entropy with optional label smoothing. The KL is the
+teacher's distribution against the student's, sum_c p_t log(p_t / p_s), which is what DeiT's
+code computes (the paper's Eq. 2 writes its arguments the other way round). The factor tau^2
+keeps the soft term's gradient at the same scale whatever tau is (Hinton et al., 2015): the
+gradient of the KL with respect to Z_dist is (p_s - p_t) / tau, of order 1 / tau^2 for large
+tau. DeiT's code sums the KL over the batch and the classes and divides by B * n_cls
+(``kl_reduction="mean"``, PyTorch's legacy mean): 1 / n_cls of the usual per-image divergence,
+which ``kl_reduction="batchmean"`` gives. DeiT's defaults are ``alpha=0.5`` and ``tau=1.0``;
+with ``"hard"`` and ``alpha=0.5`` this is the paper's equation for hard-label distillation,
+(CE(Z_cls, y) + CE(Z_dist, y_t)) / 2. With ``"none"`` a model with one output gets CE(Z, y);
+a distilled model's distillation head learns the labels too, so that evaluation, which
+averages the heads, never averages in an untrained one (DeiT's own code leaves it untrained).
 
 The loss is a callable ``criterion(outputs, targets, images) -> loss`` for
 :func:`vitbook.train.fit`. It holds the teacher frozen and in eval mode, and keeps it there: the
-teacher's parameters stop requiring gradients, ``loss.train()`` does not reach it, and a teacher
-switched back to train mode by hand is refused on the next call. Its logits are computed under
-``torch.no_grad()`` inside whatever autocast the caller runs the loss in (``fit`` runs it in the
-forward pass's), so teacher and student see the same numbers.
+teacher goes to eval mode when the loss is built, its parameters stop requiring gradients at
+the first call that trains (after the check below), ``loss.train()`` does not reach it, and a
+teacher switched back to train mode by hand is refused on the next call. Its logits are
+computed under ``torch.no_grad()`` inside whatever autocast the caller runs the loss in
+(``fit`` runs it in the forward pass's), so teacher and student see the same numbers.
+
+Checked where the data enter, once, in eager mode (never per step, and not under
+``torch.compile``): the first call that trains refuses a student whose logits depend on the
+teacher's parameters (the student given as its own teacher, or sharing its weights), and the
+first teacher logits must be finite (one read). A later non-finite teacher logit makes the loss
+NaN, which ``fit`` stops at, instead of becoming a target by ``argmax``. Student logits without
+gradients while gradients are on are refused on every call (a check of flags, not of values):
+nothing would train.
 
 See chapter: Can a ViT beat the CNN that taught it?
 """
@@ -35,9 +51,10 @@ from torch import nn
 
 from vitbook import _checks
 
-__all__ = ["DISTILLATION_TYPES", "DistillationLoss", "head_agreement"]
+__all__ = ["DISTILLATION_TYPES", "KL_REDUCTIONS", "DistillationLoss", "head_agreement"]
 
 DISTILLATION_TYPES = ("none", "soft", "hard")
+KL_REDUCTIONS = ("mean", "batchmean")  # DeiT's B * n_cls, or the per-image KL (sum / B)
 
 
 class DistillationLoss(nn.Module):
@@ -45,11 +62,16 @@ class DistillationLoss(nn.Module):
 
     Args:
         teacher: any module mapping the student's images (B, C, H, W) to (B, n_cls) logits, e.g.
-            a trained :class:`vitbook.baselines.DigitsCNN`. It is switched to eval mode and its
-            parameters to ``requires_grad=False`` here, for good. None only with ``"none"``.
+            a trained :class:`vitbook.baselines.DigitsCNN`, never the student itself (pass a
+            copy: ``copy.deepcopy(model)``). It is switched to eval mode here and its parameters
+            to ``requires_grad=False`` at the first call that trains, for good. With ``"none"``
+            it is not used, and left as it is (None is the usual value).
         distillation_type: ``"none"``, ``"soft"`` or ``"hard"`` (see the module docstring).
-        alpha: the distillation term's weight, in [0, 1]; DeiT uses 0.5.
+        alpha: the distillation term's weight, in [0, 1]; DeiT uses 0.5. With ``"none"``, the
+            distillation head's share of the labels' loss.
         tau: the soft distillation's temperature, > 0; DeiT uses 1.0.
+        kl_reduction: the soft term's ``"mean"`` over B * n_cls, as DeiT's code (the default),
+            or ``"batchmean"``, the KL per image (n_cls times larger).
         label_smoothing: of the cross-entropy on the true labels (DeiT: 0.1); the teacher's hard
             labels get none, as in DeiT.
         single_head: False (the default) for a distilled ViT, whose train-mode output is the
@@ -71,8 +93,10 @@ class DistillationLoss(nn.Module):
         TypeError: a teacher that is not an ``nn.Module``; outputs that are not what the student
             should return (a single tensor where the distillation token's logits belong: build
             the student with ``distilled=True`` and keep it in train mode).
-        ValueError: an unknown type, ``alpha`` or ``tau`` out of range; teacher logits of
-            another shape than the student's; a teacher found in train mode.
+        ValueError: an unknown type or reduction, ``alpha`` or ``tau`` out of range; teacher
+            logits of another shape than the student's, or not finite (first call); a teacher
+            found in train mode; a student whose logits depend on the teacher's parameters
+            (first call that trains); student logits without gradients while gradients are on.
 
     Example:
         >>> from vitbook import VisionTransformer, ViTConfig
@@ -97,6 +121,7 @@ class DistillationLoss(nn.Module):
         tau: float = 1.0,
         label_smoothing: float = 0.0,
         single_head: bool = False,
+        kl_reduction: str = "mean",
     ) -> None:
         super().__init__()
         self.distillation_type = _checks.choice(
@@ -109,6 +134,7 @@ class DistillationLoss(nn.Module):
             fix="DeiT uses 0.1",
         )  # fmt: skip
         self.single_head = _checks.boolean("single_head", single_head)
+        self.kl_reduction = _checks.choice("kl_reduction", kl_reduction, KL_REDUCTIONS)
         if teacher is None and distillation_type != "none":
             raise TypeError(
                 f"distillation_type={distillation_type!r} needs a teacher; pass a trained "
@@ -120,20 +146,22 @@ class DistillationLoss(nn.Module):
                 f"{type(teacher).__name__}."
             )
         self.teacher = teacher
-        if teacher is not None:
-            teacher.requires_grad_(False)
+        self._student_checked = False  # checked once, at the first call that trains
+        self._teacher_checked = False  # its first logits are checked once, in eager mode
+        if teacher is not None and self.distillation_type != "none":
             teacher.eval()
 
     def extra_repr(self) -> str:
         return (
             f"distillation_type={self.distillation_type!r}, alpha={self.alpha}, tau={self.tau}, "
-            f"label_smoothing={self.label_smoothing}, single_head={self.single_head}"
+            f"label_smoothing={self.label_smoothing}, single_head={self.single_head}, "
+            f"kl_reduction={self.kl_reduction!r}"
         )
 
     def train(self, mode: bool = True) -> DistillationLoss:
         """The loss has no training behaviour of its own; the teacher stays in eval mode."""
         super().train(mode)
-        if self.teacher is not None:
+        if self.teacher is not None and self.distillation_type != "none":
             self.teacher.eval()
         return self
 
@@ -144,12 +172,22 @@ class DistillationLoss(nn.Module):
         images: torch.Tensor,
     ) -> torch.Tensor:
         logits, logits_dist = self._split(outputs)
+        self._check_gradients(logits, logits_dist)
+        if not self._student_checked and logits.requires_grad and self.teacher is not None:
+            if not torch.compiler.is_compiling() and self.distillation_type != "none":
+                self._check_student(logits, logits_dist)  # then freezes the teacher
         # The loss in float32 even when the forward pass ran in bf16 or fp16, as fit does.
         base = F.cross_entropy(
             logits.float(), targets, label_smoothing=self.label_smoothing
         )  # fmt: skip
         if self.distillation_type == "none":
-            return base
+            if logits_dist is logits:  # one output: the labels' loss alone
+                return base
+            # No teacher: the distillation head learns the labels too (the token's control).
+            on_labels = F.cross_entropy(
+                logits_dist.float(), targets, label_smoothing=self.label_smoothing
+            )  # fmt: skip
+            return (1 - self.alpha) * base + self.alpha * on_labels
         if self.teacher.training:
             raise ValueError(
                 "the teacher is in train mode (teacher.train() was called after the loss was "
@@ -164,18 +202,74 @@ class DistillationLoss(nn.Module):
                 f"student's {tuple(logits_dist.shape)}; teacher and student must classify the "
                 "same images into the same classes."
             )
+        if not self._teacher_checked and not torch.compiler.is_compiling():
+            self._check_teacher(teacher_logits)  # where the teacher's data enter: once
         student, teacher = logits_dist.float(), teacher_logits.float()
         if self.distillation_type == "hard":
             distill = F.cross_entropy(student, teacher.argmax(dim=1))
+            # argmax turns a NaN logit into a class; make the loss NaN instead, for fit to stop
+            distill = torch.where(teacher.isfinite().all(), distill, torch.nan)
         else:
             tau = self.tau
-            distill = F.kl_div(
-                F.log_softmax(student / tau, dim=1),
-                F.log_softmax(teacher / tau, dim=1),
+            kl = F.kl_div(
+                F.log_softmax(student / tau, dim=1),  # the student's log p_s
+                F.log_softmax(teacher / tau, dim=1),  # the teacher's log p_t
                 reduction="sum",
                 log_target=True,
-            ) * (tau * tau) / student.numel()  # DeiT divides by B * n_cls
+            )  # sum over images and classes of p_t (log p_t - log p_s)
+            # DeiT divides by B * n_cls (PyTorch's legacy mean); batchmean by B.
+            per = student.numel() if self.kl_reduction == "mean" else student.shape[0]
+            distill = kl * (tau * tau) / per
         return (1 - self.alpha) * base + self.alpha * distill
+
+    def _check_gradients(self, logits: torch.Tensor, logits_dist: torch.Tensor) -> None:
+        """Refuse logits that carry no gradient while gradients are on: nothing would train."""
+        if not torch.is_grad_enabled() or logits.requires_grad or logits_dist.requires_grad:
+            return
+        raise ValueError(
+            "the student's logits carry no gradient, so nothing would train: none of the "
+            "parameters behind them requires a gradient (a teacher given to DistillationLoss is "
+            "frozen at its first training call, so the student must not have been one; give "
+            "each loss a separate, trained teacher). To compute the loss without training, "
+            "call it under torch.no_grad()."
+        )
+
+    def _check_student(self, logits: torch.Tensor, logits_dist: torch.Tensor) -> None:
+        """Refuse a student whose logits depend on the teacher's parameters; freeze the teacher.
+
+        Walks the autograd graph of the logits once (a few hundred nodes, no values read).
+        """
+        teacher_params = {id(p) for p in self.teacher.parameters()}
+        seen, stack, shared = set(), [logits.grad_fn, logits_dist.grad_fn], 0
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            shared += id(getattr(node, "variable", None)) in teacher_params
+            stack.extend(next_node for next_node, _ in node.next_functions)
+        if shared:
+            raise ValueError(
+                f"the student's logits depend on {shared} of the teacher's parameters: the "
+                "teacher is the student, or shares its weights, and training would freeze what "
+                "it trains. Give DistillationLoss a separate, trained teacher, e.g. "
+                "teacher = copy.deepcopy(trained_model), and train another model as the student."
+            )
+        self.teacher.requires_grad_(False)  # the teacher learns nothing, for good
+        self._student_checked = True
+
+    def _check_teacher(self, teacher_logits: torch.Tensor) -> None:
+        """The teacher's first logits must be finite: a NaN would become a target by argmax."""
+        bad = ~torch.isfinite(teacher_logits)
+        if bool(bad.any()):
+            images = int(bad.any(dim=1).sum())
+            raise ValueError(
+                f"the teacher returned non-finite logits (NaN or inf) for {images} of "
+                f"{teacher_logits.shape[0]} images in the first batch; its decisions on them "
+                "would be arbitrary targets. Check the teacher before distilling from it (its "
+                "weights, a damaged file, an overflow in fp16: try precision='bf16' or 'fp32')."
+            )
+        self._teacher_checked = True
 
     def _split(
         self, outputs: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
