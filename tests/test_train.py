@@ -195,11 +195,9 @@ def test_mix_gets_labels_and_its_soft_targets_train():
         fit(tiny_vit(), toy_problem(), epochs=1, mix="mixup", progress=False)
 
 
-def test_a_step_touches_the_host_at_most_once(monkeypatch, accumulate=1):
-    """Count what makes a GPU wait for the host: vitbook reading a tensor's value into Python.
+def count_reads(monkeypatch) -> list[str]:
+    """Record what makes a GPU wait for the host: vitbook reading a tensor's value into Python.
 
-    The count grows with the number of steps by at most one per step (the finiteness check);
-    everything else (input checks, the per-epoch sums, evaluation) does not grow with steps.
     Reads inside torch itself are not counted: on the CPU the optimizer reads its step counters
     (CPU tensors), while on a GPU ``fit`` uses the fused optimizers, which read nothing.
     """
@@ -214,13 +212,98 @@ def test_a_step_touches_the_host_at_most_once(monkeypatch, accumulate=1):
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, method, counted)
+    return reads
+
+
+@pytest.mark.parametrize("sync_every", [None, 4, 10**9])
+def test_the_host_reads_the_device_every_sync_every_steps(monkeypatch, sync_every, accumulate=1):
+    """The reads grow with the steps by one per ``sync_every`` steps (the finiteness verdict);
+    everything else (input checks, the per-epoch read of the sums, evaluation) does not grow
+    with steps. ``None`` on the CPU reads after every step; 10**9 stands for a GPU's default,
+    a read at the epoch's end only: 12 steps read exactly as often as 4."""
+    reads = count_reads(monkeypatch)
     counts = {}
     for steps in (4, 12):
         reads.clear()
         fit(tiny_vit(), toy_problem(16 * steps), epochs=1, batch_size=16,
-            augment=random_shift(1), accumulate=accumulate, progress=False)  # fmt: skip
+            augment=random_shift(1), accumulate=accumulate, sync_every=sync_every,
+            progress=False)  # fmt: skip
         counts[steps] = len(reads)
-    assert counts[12] - counts[4] <= 12 - 4, counts
+    every = 1 if sync_every is None else sync_every
+    assert counts[12] - counts[4] == 12 // every - 4 // every, counts
+
+
+def test_a_gpu_reads_at_the_epochs_end_and_a_cpu_after_every_step():
+    from vitbook.train import _sync_every
+
+    assert _sync_every(None, torch.device("cpu")) == 1
+    steps_in_any_epoch = 10**12
+    assert _sync_every(None, torch.device("cuda")) > steps_in_any_epoch
+    assert _sync_every(3, torch.device("cuda")) == 3
+    with pytest.raises(ValueError, match=r"sync_every=0 must be an int >= 1"):
+        fit(tiny_vit(), toy_problem(), epochs=1, sync_every=0, progress=False)
+    with pytest.raises(TypeError, match=r"sync_every must be an int, got '2'"):
+        fit(tiny_vit(), toy_problem(), epochs=1, sync_every="2", progress=False)
+
+
+class NaNFromCall(nn.Module):
+    """A small classifier with a BatchNorm (a buffer the forward pass changes) whose logits turn
+    to NaN from the ``bad``-th call on."""
+
+    def __init__(self, bad: int) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.BatchNorm1d(8),
+                                 nn.Linear(8, 2))  # fmt: skip
+        self.calls, self.bad = 0, bad
+
+    def forward(self, images):
+        self.calls += 1
+        logits = self.net(images)
+        return logits * float("nan") if self.calls >= self.bad else logits
+
+
+@pytest.mark.parametrize("sync_every", [1, 4, 10**9])
+def test_a_nan_found_late_names_its_step_and_restores_the_state_before_it(sync_every):
+    """A NaN at step 8 of 18 (epoch 2 of 3, 6 steps an epoch): whenever the host reads the
+    verdict (after step 8; at step 10, 4 steps after the read at the first epoch's end; at the
+    second epoch's end), the error names step 8 and the model holds the state after step 7,
+    bit for bit: a later read only wasted the steps in between."""
+    states = []
+    reference = NaNFromCall(bad=10**9)
+    reference.register_forward_pre_hook(
+        lambda module, args: states.append({k: v.clone() for k, v in module.state_dict().items()}))
+    recipe = {"epochs": 3, "batch_size": 8, "warmup_epochs": 0, "progress": False}
+    fit(reference, toy_problem(48), **recipe)
+    model = NaNFromCall(bad=8)
+    with pytest.raises(ValueError, match=r"the training loss is nan at epoch 2, step 8 of 18; "
+                                         r"training stopped before this step"):
+        fit(model, toy_problem(48), sync_every=sync_every, **recipe)
+    assert model.calls == {1: 8, 4: 10, 10**9: 12}[sync_every]  # when the host read
+    for name, tensor in states[7].items():  # the state step 8 began with
+        assert torch.equal(model.state_dict()[name], tensor), name
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_the_numbers_do_not_depend_on_when_the_host_reads(precision):
+    """fp16 skips a step with an inf loss (and undoes its BatchNorm update) on the device too."""
+    runs = []
+    for sync_every in (1, 3, 10**9):
+        model = NaNFromCall(bad=10**9)
+        calls = []
+
+        def augment(images, generator, calls=calls):
+            calls.append(1)  # step 5: 1e6 times the pixels overflow fp16, not fp32
+            return images * (1e6 if len(calls) == 5 else 1.0)
+
+        history = fit(model, toy_problem(48), epochs=3, batch_size=12, augment=augment,
+                      precision=precision, sync_every=sync_every, progress=False)  # fmt: skip
+        runs.append((history, model.state_dict()))
+    for history, state in runs[1:]:
+        assert history.train_loss == runs[0][0].train_loss
+        assert history.train_accuracy == runs[0][0].train_accuracy
+        for name, tensor in runs[0][1].items():
+            assert torch.equal(state[name], tensor), name
 
 
 def test_precision_and_optimizer_are_checked():
@@ -422,8 +505,8 @@ def test_repeated_augmentation_shows_fewer_images_more_often():
         fit(tiny_vit(), toy_problem(48), epochs=1, repeated_augmentation=49, progress=False)
 
 
-def test_a_step_with_accumulation_touches_the_host_at_most_once(monkeypatch):
-    test_a_step_touches_the_host_at_most_once(monkeypatch, accumulate=4)
+def test_a_step_with_accumulation_reads_the_host_as_often(monkeypatch):
+    test_the_host_reads_the_device_every_sync_every_steps(monkeypatch, 4, accumulate=4)
 
 
 def test_plotting_imports_train_and_train_does_not_import_plotting():

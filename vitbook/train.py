@@ -23,13 +23,14 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vitbook import _checks, _train_checks
+from vitbook import resume as training_state
 from vitbook.evaluation import (
     Evaluator,
     _device,
@@ -48,6 +49,7 @@ Data = tuple[torch.Tensor, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Mix = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 Criterion = Callable[[object, torch.Tensor, torch.Tensor], torch.Tensor]
+AfterEpoch = Callable[[int, Callable[[], dict]], object]
 
 
 @dataclass
@@ -171,6 +173,9 @@ def fit(
     criterion: Criterion | None = None,
     repeated_augmentation: int = 1,
     compile: bool = False,
+    sync_every: int | None = None,
+    resume: dict | None = None,
+    after_epoch: AfterEpoch | None = None,
     progress: bool = True,
 ) -> History:
     """Train ``model`` in place with AdamW, warm-up and cosine decay; return the learning curves.
@@ -184,9 +189,15 @@ def fit(
     On a GPU the loop does what a fast hand-written loop does: the training images move to the
     GPU once when they take less than half its free memory (else each batch moves), the order
     and the augmentation are drawn there, the forward pass runs in mixed precision
-    (``precision``), and each step touches the host once, to check that the loss, the gradients
-    and the updated weights are finite. Losses and accuracies are summed on the device and read
-    once per epoch. ``vitbook.train_step`` holds the step itself.
+    (``precision``), and the steps do not wait for the host: the loss, the gradients and the
+    updated weights are checked for finiteness on the GPU at every step, and what it found is
+    read at the epoch's end (or every ``sync_every`` steps), together with the epoch's summed
+    loss and accuracy. ``vitbook.train_step`` holds the step itself.
+
+    A run can stop and go on in another process: ``after_epoch`` gets, after every epoch, a
+    function that returns the whole training state (see :mod:`vitbook.resume`), and
+    ``resume=state`` continues from it to the run an uninterrupted call would have made (on the
+    CPU, bit for bit).
 
     Under ``torchrun`` (a ``torch.distributed`` process group set up by the caller), every
     process draws the same order and augmentation for the global batch of ``batch_size`` images
@@ -251,6 +262,22 @@ def fit(
         compile: ``torch.compile`` the forward pass and the loss (CUDA graphs on a GPU; see
             :mod:`vitbook.train_step`); the first call compiles for a while. Not under
             ``torchrun``.
+        sync_every: read the device's finiteness verdict every this many steps (1: after every
+            step), besides the read at each epoch's end. ``None`` (the default): every step on
+            the CPU, where a read waits for nothing, and only at the epoch's end on a GPU. A
+            failure found late is reported with the step it happened at, and the weights are
+            those after the step before it, as with a read after every step; only the steps run
+            in between are wasted. The numbers never depend on it.
+        resume: a training state that ``after_epoch`` was handed (or
+            :func:`vitbook.resume.load_state` read): training continues after its epochs, with
+            its weights, optimizer, schedule, generators and history. The call must repeat the
+            arguments that decide the numbers (``epochs``, ``lr``, ``seed``, ...; a state made
+            with others is refused); ``compile``, ``sync_every`` and ``progress`` may change.
+        after_epoch: ``after_epoch(epochs_done, state)``, called after every epoch (after the
+            evaluation) with a function ``state()`` that returns the whole training state,
+            copied to the CPU (:func:`vitbook.resume.capture`). A true result stops training
+            there: ``fit`` returns the history so far (``history.epochs < epochs``). Under
+            ``torchrun`` it must answer the same in every process.
         progress: show a ``tqdm.auto`` bar (also off when ``VITBOOK_PROGRESS=0``).
 
     Returns:
@@ -264,10 +291,12 @@ def fit(
             holding NaN or inf (or outside [0, 1] for an augmentation that needs that range),
             labels outside ``0 .. n_cls-1`` (for eval data: at the first evaluation, from the
             logits' width), a model with nothing to train or with non-finite weights (the model
-            is not touched); at the first step, outputs of the wrong shape; during training, the
-            first non-finite loss or gradient, or an update that made the weights or buffers not
-            finite: the step is undone, so the model keeps the weights and buffers it had after
-            the step before (the optimizer state is discarded with the error). In fp16 an
+            is not touched); at the first step, outputs of the wrong shape; during training (at
+            the read after it), the first non-finite loss or gradient, or an update that made
+            the weights or buffers not finite, named by its epoch and step: the step is undone,
+            so the model keeps the weights and buffers it had after the step before (the
+            optimizer state is discarded with the error). A ``resume`` state of other arguments
+            or another model (:class:`vitbook.resume.TrainingStateError`). In fp16 an
             overflowing gradient or a non-finite loss is the gradient scaler's business: that
             step is skipped and the scale lowered, as mixed-precision training does (10 such
             steps in a row stop training: the forward pass overflows fp16).
@@ -291,6 +320,10 @@ def fit(
         eval_data = _checks.labelled_data("eval_data", eval_data, num_classes)
     rank, world = _world()
     _train_checks.recipe(locals(), world)
+    sync_every = _sync_every(sync_every, device)
+    if after_epoch is not None and not callable(after_epoch):
+        raise TypeError(f"after_epoch must be a function after_epoch(epochs_done, state) or "
+                        f"None, got {type(after_epoch).__name__}.")  # fmt: skip
     precision = resolve_precision(precision, device)
     _train_checks.data_for(augment, mix, images, labels, num_classes)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -307,6 +340,9 @@ def fit(
     augment_generator = (
         generator if data_device == device else torch.Generator(device).manual_seed(seed)
     )
+    generators = {"order": generator}
+    if augment_generator is not generator:
+        generators["augment"] = augment_generator
     optim = make_optimizer(
         optimizer, param_groups(model, weight_decay, weight_decay_rule), lr, device
     )
@@ -321,15 +357,26 @@ def fit(
         model, net, optim, scheduler, scaler, params, precision=precision, device=device,
         criterion=criterion, label_smoothing=label_smoothing, accumulate=accumulate,
         clip_grad_norm=clip_grad_norm, lr=lr, rank=rank, world=world, compile=compile,
+        sync_every=sync_every,
+        where=lambda step: f"epoch {(step - 1) // steps_per_epoch + 1}, step {step} of {total}",
     )  # fmt: skip
     evaluator = Evaluator(model, eval_data, max(256, batch_size), device, precision)
     history = History(precision=precision)
+    arguments = _deciding(locals(), len(images), eval_data)
+    parts = {"model": model, "optimizer": optim, "scheduler": scheduler, "scaler": scaler,
+             "generators": generators, "device": device}  # fmt: skip
+    start_epoch = 0
+    if resume is not None:
+        state = training_state.restore(resume, arguments=arguments, **parts)
+        train_step.load_state_dict(state["step"])
+        history = History(**state["history"])
+        start_epoch = state["epoch"]
     bar = None
     if _progress_enabled(progress) and rank == 0:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=epochs, desc="training", unit="epoch")
-    for epoch in range(epochs):
+        bar = tqdm(total=epochs, initial=start_epoch, desc="training", unit="epoch")
+    for epoch in range(start_epoch, epochs):
         start = time.perf_counter()
         model.train()
         train_step.new_epoch()
@@ -343,14 +390,13 @@ def fit(
             targets = y
             if mix is not None:
                 x, targets = _train_checks.mixed(mix(x, y, augment_generator), x, "mix", first)
-            where = f"epoch {epoch + 1}, step {train_step.steps + 1} of {total}"
-            train_step(x, y, targets, where)
+            train_step(x, y, targets)
         if world > 1:  # the sums over every process's share
             torch.distributed.all_reduce(train_step.loss_sum)
             torch.distributed.all_reduce(train_step.correct)
-        counted = train_step.counted.item()
-        history.train_loss.append(train_step.loss_sum.item() / counted if counted else math.nan)
-        history.train_accuracy.append(train_step.correct.item() / counted if counted else math.nan)
+        loss_sum, correct, counted = train_step.check(sums=True)  # the epoch's read
+        history.train_loss.append(loss_sum / counted if counted else math.nan)
+        history.train_accuracy.append(correct / counted if counted else math.nan)
         if eval_data is not None:
             history.eval_accuracy.append(evaluator())
             model.train()
@@ -361,9 +407,47 @@ def fit(
                 shown["eval acc"] = f"{history.eval_accuracy[-1]:.3f}"
             bar.set_postfix(shown)
             bar.update()
+        if after_epoch is not None:
+            done = epoch + 1
+
+            def snapshot(done: int = done) -> dict:
+                return training_state.capture(
+                    arguments=arguments, epoch=done, step=train_step.state_dict(),
+                    history=asdict(history), **parts,
+                )  # fmt: skip
+
+            if after_epoch(done, snapshot):
+                break
     if bar is not None:
         bar.close()
     return history
+
+
+def _sync_every(sync_every: int | None, device: torch.device) -> int:
+    """Steps between two reads of the device's verdict: every step on the CPU, where a read
+    waits for nothing, else once an epoch (a step count no epoch reaches)."""
+    if sync_every is None:
+        return 1 if device.type == "cpu" else 2**62
+    return _checks.integer("sync_every", sync_every, minimum=1,
+                           fix="use 1 to read after every step, or None")  # fmt: skip
+
+
+# fit's arguments that decide the numbers of a run: a resumed call must repeat them.
+_DECIDING = ("epochs", "lr", "weight_decay", "batch_size", "seed", "warmup_epochs",
+             "warmup_steps", "label_smoothing", "precision", "optimizer", "clip_grad_norm",
+             "accumulate", "weight_decay_rule", "repeated_augmentation", "world")  # fmt: skip
+
+
+def _deciding(arguments: dict, n_images: int, eval_data: Data | None) -> dict[str, object]:
+    """What a resumed call must repeat: the arguments, the data's sizes and the functions' names."""
+    deciding = {name: arguments[name] for name in _DECIDING}
+    deciding["images"] = n_images
+    deciding["eval_images"] = None if eval_data is None else len(eval_data[1])
+    for name in ("augment", "mix", "criterion"):
+        function = arguments[name]
+        deciding[name] = None if function is None else getattr(
+            function, "__qualname__", type(function).__qualname__)  # fmt: skip
+    return deciding
 
 
 def _order(

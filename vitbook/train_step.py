@@ -7,12 +7,16 @@ micro-batch's loss is weighted by its share of the global batch, so the summed g
 gradient of the mean loss over the global batch, however the images were divided.
 
 The guard: before the update the state (trained parameters and buffers, such as a BatchNorm's
-running statistics) is copied on the device; after the update one read to the host, the only one
-of the step, says whether the loss, the gradients and the new state are finite. If not, the copy
-is put back and a ``ValueError`` says what went wrong, so the model keeps the state it had after
-the step before. The copy costs the memory of the trained weights once more (344 MB for
-ViT-B/16 in fp32) and a read and a write of them per step. In fp16 the gradient scaler skips a
-step whose gradients (or loss) overflowed, lowers its scale and goes on, as mixed-precision
+running statistics) is copied on the device; after the update the loss, the gradients and the new
+state are checked on the device, without reading anything back. What the device found is read to
+the host every ``sync_every`` steps and at the end of each epoch (:meth:`TrainStep.check`), the
+one read of those steps. If a step was not finite, the model keeps the state it had after the step
+before, and a ``ValueError`` names the step that failed. Between two reads the device keeps that
+state itself: once a step fails, every later step's update is undone on the device (a
+``torch.where`` per tensor), so a read that comes a few steps late finds the same state as one
+right after the failing step. The copy costs the memory of the trained weights once more (344 MB
+for ViT-B/16 in fp32) and a read and a write of them per step. In fp16 the gradient scaler skips
+a step whose gradients (or loss) overflowed, lowers its scale and goes on, as mixed-precision
 training does; the copy then undoes what the skipped forward pass did to the buffers.
 
 With ``compile=True`` the forward pass and the loss are one ``torch.compile`` graph
@@ -92,6 +96,10 @@ class TrainStep:
         precision, device, criterion, label_smoothing, accumulate, clip_grad_norm, lr: as in
             ``fit``; rank, world: this process and the number of processes.
         compile: compile the forward pass and the loss (see the module's docstring).
+        sync_every: read the device's verdict every this many steps (1: after every step);
+            :meth:`check` also reads it whenever it is called.
+        where: ``where(step)``, the words that place step ``step`` (from 1) in training, for
+            the error (``fit`` says ``"epoch 2, step 7 of 30"``).
 
     See chapter: Real photos on a GPU.
     """
@@ -115,6 +123,8 @@ class TrainStep:
         rank: int,
         world: int,
         compile: bool,
+        sync_every: int = 1,
+        where: Callable[[int], str] = lambda step: f"step {step}",
     ) -> None:
         self.model, self.net, self.optimizer = model, net, optimizer
         self.scheduler, self.scaler, self.params = scheduler, scaler, params
@@ -122,12 +132,21 @@ class TrainStep:
         self.label_smoothing, self.accumulate = label_smoothing, accumulate
         self.clip = clip_grad_norm
         self.lr, self.rank, self.world = lr, rank, world
+        self.sync_every, self.where = sync_every, where
         self.fp16 = scaler.is_enabled()
         # The guarded state: what a step changes. Frozen parameters are left out.
         self.state = [*params, *model.buffers()]
         self.backup = [t.detach().clone() for t in self.state]
         self.compiled = self._compiled() if compile else None
-        self.steps, self.skipped_in_a_row = 0, 0
+        self.steps, self.checked_steps = 0, 0
+        # What the device found, read by check(): the steps taken, whether the last step's
+        # update stands, fp16's non-finite losses in a row, whether a step failed, and the first
+        # failure's step, loss, gradients, state and loss value.
+        self.step_count = torch.zeros((), dtype=torch.int64, device=device)
+        self.good = torch.ones((), dtype=torch.bool, device=device)
+        self.skipped = torch.zeros((), dtype=torch.int64, device=device)
+        self.failed = torch.zeros((), dtype=torch.bool, device=device)
+        self.failure = torch.zeros(len(FAILURE), dtype=torch.float64, device=device)
         self.new_epoch()
 
     def new_epoch(self) -> None:
@@ -135,6 +154,29 @@ class TrainStep:
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.correct = torch.zeros((), dtype=torch.int64, device=self.device)
         self.counted = torch.zeros((), dtype=torch.int64, device=self.device)
+
+    def state_dict(self) -> dict[str, object]:
+        """What a resumed run needs of the step: the steps taken and fp16's skips in a row.
+
+        Read at an epoch's end, after :meth:`check` (so no step has failed).
+        """
+        return {"steps": self.steps, "skipped": int(self.skipped)}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Continue after ``state["steps"]`` steps: the first outputs were checked then.
+
+        Compiled, the gradients get buffers of their own now, as the first, eager step gives
+        them (see :meth:`__call__`).
+        """
+        self.steps = self.checked_steps = int(state["steps"])
+        self.step_count.fill_(self.steps)
+        self.skipped.fill_(int(state["skipped"]))
+        if self.compiled is not None and self.steps > 0:
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+        with torch.no_grad():
+            torch._foreach_copy_(self.backup, self.state)
 
     def forward(self, x: torch.Tensor) -> object:
         """The model's outputs under autocast: logits (b, n_cls), or a tuple of them."""
@@ -175,12 +217,13 @@ class TrainStep:
             return x[:1], y[:1], targets[:1], True
         return share[0], share[1], share[2], False
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor, targets: torch.Tensor, where: str) -> None:
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, targets: torch.Tensor) -> None:
         """One optimizer step on the global batch: images (b, C, H, W), labels (b,), targets.
 
         Raises:
-            ValueError: the first outputs do not fit the labels (first step only); the loss,
-                the gradients or the updated state are not finite (the state is restored).
+            ValueError: the first outputs do not fit the labels (first step only); at a read
+                (every ``sync_every`` steps), a step whose loss, gradients or updated state
+                were not finite (see :meth:`check`).
         """
         n_global = len(y)
         first = self.steps == 0
@@ -217,7 +260,9 @@ class TrainStep:
             step_loss += loss.detach().double() * count
             hits = (logits_of(outputs).argmax(dim=1) == yk).sum()
             step_correct += hits if count else 0 * hits
-        self._update(loss_finite, step_loss, step_correct, n_global, where)
+        self._update(loss_finite, step_loss, step_correct, n_global)
+        if self.steps - self.checked_steps >= self.sync_every:
+            self.check()
 
     def _update(
         self,
@@ -225,9 +270,8 @@ class TrainStep:
         step_loss: torch.Tensor,
         step_correct: torch.Tensor,
         n_global: int,
-        where: str,
     ) -> None:
-        """Clip, update, and check: the one read to the host of the step."""
+        """Clip, update, and judge the step on the device: nothing is read to the host."""
         grads = [p.grad for p in self.params if p.grad is not None]
         ok = loss_finite | self.fp16  # in fp16 a non-finite loss is the scaler's to skip
         grads_finite = torch.ones((), dtype=torch.bool, device=self.device)
@@ -245,58 +289,99 @@ class TrainStep:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
+        self.steps += 1
+        self.step_count += 1
         floating = [t for t in self.state if t.is_floating_point()]
         # the largest |value|: not finite iff a value is not (a sum of squares could overflow)
         state_finite = torch.nn.utils.get_total_norm(floating, norm_type="inf").isfinite()
-        flags = torch.stack([ok & state_finite, loss_finite]).to(torch.int32)
+        local = ok & state_finite
+        flags = torch.stack([local, loss_finite])
         if self.world > 1:  # every process takes the same decision
+            flags = flags.to(torch.int32)
             torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MIN)
-        fine, loss_fine = flags.tolist()  # the one read to the host of the step
-        self.steps += 1
-        if fine and loss_fine:
-            self.skipped_in_a_row = 0
-            self.loss_sum += step_loss
-            self.correct += step_correct
-            self.counted += n_global
-            return
-        with torch.no_grad():  # back to the state before the step
-            torch._foreach_copy_(self.state, self.backup)
-        if self.fp16 and not loss_fine:  # the scaler kept the weights, the copy the buffers
-            self.skipped_in_a_row += 1
-            if self.skipped_in_a_row < FP16_SKIPS_IN_A_ROW:
-                return
-        raise ValueError(self._diagnosis(loss_finite, step_loss, grads_finite, state_finite, where))
+            flags = flags.bool()
+        fine, loss_fine = flags.unbind()
+        kept = fine & loss_fine  # the update stands
+        if self.fp16:  # a non-finite loss: skipped (the copy undoes the buffers), counted
+            skip = ~loss_fine
+            self.skipped = torch.where(skip, self.skipped + 1, 0)
+            fails = (~kept & ~skip) | (self.skipped >= FP16_SKIPS_IN_A_ROW)
+        else:
+            fails = ~kept
+        first_failure = fails & ~self.failed
+        found = torch.stack([self.step_count.double(), *(
+            f.double() for f in (loss_finite, grads_finite, state_finite, local)),
+            step_loss, self.skipped.double()])  # fmt: skip
+        self.failure = torch.where(first_failure, found, self.failure)
+        self.failed = self.failed | fails
+        self.good = good = kept & ~self.failed
+        if self.sync_every > 1:  # the read comes later: the device keeps the last good state
+            with torch.no_grad():
+                for t, saved in zip(self.state, self.backup, strict=True):
+                    torch.where(good, t, saved, out=t)
+        self.loss_sum += torch.where(good, step_loss, 0.0)
+        self.correct += step_correct * good
+        self.counted += good.long() * n_global
 
-    def _diagnosis(
-        self,
-        loss_finite: torch.Tensor,
-        step_loss: torch.Tensor,
-        grads_finite: torch.Tensor,
-        state_finite: torch.Tensor,
-        where: str,
-    ) -> str:
-        """What went wrong, in words (read after the stop: the reads cost nothing now)."""
+    def check(self, sums: bool = False) -> tuple[float, int, int] | None:
+        """Read what the device found since the last read: the one read to the host.
+
+        Args:
+            sums: also read the epoch's sums (in the same read).
+
+        Returns:
+            With ``sums``, ``(summed loss, correct, counted)`` of the epoch's kept steps.
+
+        Raises:
+            ValueError: a step's loss, gradients or updated state were not finite (fp16: its
+                gradients overflowed 10 steps in a row). The model keeps the state it had
+                after the step before that one; the message names the step.
+        """
+        parts = [self.good.double()[None], self.failed.double()[None], self.failure]
+        if sums:
+            parts += [self.loss_sum[None], self.correct.double()[None],
+                      self.counted.double()[None]]  # fmt: skip
+        values = torch.cat(parts).tolist()  # the read
+        self.checked_steps = self.steps
+        if self.sync_every == 1 and not values[0]:  # read right after the step: undo it now
+            with torch.no_grad():
+                torch._foreach_copy_(self.state, self.backup)
+        if values[1]:
+            raise ValueError(self._diagnosis(dict(zip(FAILURE, values[2:], strict=False))))
+        if sums:
+            return values[-3], int(values[-2]), int(values[-1])
+        return None
+
+    def _diagnosis(self, failure: dict[str, float]) -> str:
+        """What went wrong at the failing step, in words."""
+        where = self.where(int(failure["step"]))
         kept = (
             "training stopped before this step, so the model keeps the weights (and buffers) it "
             "had after the step before"
         )
         advice = f"Lower lr (now {self.lr:g}), check the data and the model, or use fewer epochs."
-        if self.skipped_in_a_row >= FP16_SKIPS_IN_A_ROW:
+        if failure["skipped"] >= FP16_SKIPS_IN_A_ROW:
             return (
-                f"the fp16 training loss was not finite in {self.skipped_in_a_row} steps in a row, "
-                f"the last at {where}: the forward pass overflows fp16, which the gradient scaler "
-                f"cannot fix; {kept}. Train with precision='bf16' or 'fp32'. {advice}"
+                f"the fp16 training loss was not finite in {int(failure['skipped'])} steps in a "
+                f"row, the last at {where}: the forward pass overflows fp16, which the gradient "
+                f"scaler cannot fix; {kept}. Train with precision='bf16' or 'fp32'. {advice}"
             )
-        if not bool(loss_finite):
-            what = f"loss is {step_loss.item()}"
-        elif not bool(grads_finite):
+        if not failure["loss_finite"]:
+            what = f"loss is {failure['loss']}"
+        elif not failure["grads_finite"]:
             grads = [p.grad for p in self.params if p.grad is not None]
-            if all(bool(g.isfinite().all()) for g in grads):
+            if int(failure["step"]) != self.steps:  # later steps replaced the gradients
+                what = "gradients are not finite, or their norm overflows"
+            elif all(bool(g.isfinite().all()) for g in grads):
                 what = "gradients' norm overflows (gradients of about 1e19 or more)"
             else:
                 what = "gradients are not finite"
-        elif not bool(state_finite):
+        elif not failure["state_finite"]:
             what = "update made the weights or buffers (a BatchNorm's statistics) not finite"
         else:
             what = "loss or gradients of another process are not finite"
         return f"the training {what} at {where}; {kept}. {advice}"
+
+
+# What check() reads of the first failing step, in this order.
+FAILURE = ("step", "loss_finite", "grads_finite", "state_finite", "local", "loss", "skipped")

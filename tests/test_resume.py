@@ -1,0 +1,192 @@
+"""vitbook.resume and fit(resume=..., after_epoch=...): a run stopped after k epochs and resumed,
+in this process or another, is bit for bit the run that never stopped; a state that does not
+belong to the call is refused, and a damaged state file is named."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from vitbook import VisionTransformer, ViTConfig
+from vitbook.augment import mixup_cutmix
+from vitbook.resume import TrainingStateError, load_state, save_state
+from vitbook.train import fit, random_shift
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def problem(n=45, n_cls=3):
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(n, 1, 4, 4, generator=generator)
+    return images, (images.mean(dim=(1, 2, 3)) > 0).long() + (images[:, 0, 0, 0] > 1).long()
+
+
+def vit(seed=0):
+    """Dropout and stochastic depth: torch's global generator is drawn from in every step."""
+    torch.manual_seed(seed)
+    return VisionTransformer(ViTConfig(img_size=4, patch_size=2, in_chans=1, num_classes=3,
+                                       embed_dim=16, depth=2, num_heads=2, drop_rate=0.1,
+                                       drop_path_rate=0.2))  # fmt: skip
+
+
+def batch_norm_net(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.2), nn.Flatten(),
+                         nn.Linear(16, 3))  # fmt: skip
+
+
+RECIPES = {
+    # warm-up across the stop, a mix (its own draws), accumulation, a smaller last batch
+    "vit, adamw, mix": (vit, {"epochs": 5, "batch_size": 10, "lr": 3e-3, "warmup_epochs": 2,
+                              "augment": random_shift(1), "mix": mixup_cutmix(3),
+                              "accumulate": 2, "weight_decay_rule": "timm"}),
+    # momentum, clipping, running statistics, repeated augmentation, bf16 autocast
+    "batch norm, sgd, bf16": (batch_norm_net, {
+        "epochs": 4, "batch_size": 8, "lr": 0.05, "optimizer": "sgd", "clip_grad_norm": 0.5,
+        "repeated_augmentation": 3, "precision": "bf16", "label_smoothing": 0.1}),
+    # the gradient scaler's scale and growth tracker
+    "vit, fp16": (vit, {"epochs": 3, "batch_size": 16, "precision": "fp16"}),
+}  # fmt: skip
+
+
+def assert_same_run(model, history, reference, reference_history):
+    assert history.train_loss == reference_history.train_loss
+    assert history.train_accuracy == reference_history.train_accuracy
+    assert history.eval_accuracy == reference_history.eval_accuracy
+    assert history.epochs == reference_history.epochs and len(history.seconds) == history.epochs
+    for name, tensor in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_a_run_stopped_and_resumed_from_its_file_is_the_run_that_never_stopped(name, tmp_path):
+    build, recipe = RECIPES[name]
+    data = problem()
+    common = {"eval_data": problem(18), "progress": False, "seed": 3, **recipe}
+    reference = build()
+    uninterrupted = fit(reference, data, **common)
+    for stop in (1, recipe["epochs"] - 1):
+        path = tmp_path / f"{stop}.pt"
+
+        def after_epoch(done, state, stop=stop, path=path):
+            if done == stop:
+                save_state(path, state())
+                return True
+            return False
+
+        first = fit(build(), data, after_epoch=after_epoch, **common)
+        assert first.epochs == stop
+        resumed_model = build(seed=7)  # other weights: the state's replace them
+        resumed = fit(resumed_model, data, resume=load_state(path), **common)
+        assert_same_run(resumed_model, resumed, reference, uninterrupted)
+        assert resumed.train_loss[:stop] == first.train_loss
+
+
+def test_the_state_is_a_copy_and_the_last_epoch_ends_the_run():
+    data = problem()
+    states = {}
+    model = vit()
+    history = fit(model, data, epochs=3, batch_size=16, progress=False,
+                  after_epoch=lambda done, state: states.update({done: state()}))  # fmt: skip
+    assert sorted(states) == [1, 2, 3] and history.epochs == 3
+    # captured after epoch 1, unchanged by the two epochs that followed
+    assert not torch.equal(states[1]["model"]["head.weight"], model.state_dict()["head.weight"])
+    assert torch.equal(states[3]["model"]["head.weight"], model.state_dict()["head.weight"])
+    assert states[2]["epoch"] == 2 and states[2]["step"]["steps"] == 6
+    assert states[2]["history"]["train_loss"] == history.train_loss[:2]
+    again = vit(seed=1)
+    done = fit(again, data, epochs=3, batch_size=16, progress=False, resume=states[3])
+    assert done.train_loss == history.train_loss  # nothing left to train
+    assert torch.equal(again.state_dict()["head.weight"], model.state_dict()["head.weight"])
+
+
+WORKER = """
+import sys
+import torch
+from tests.test_resume import vit, problem
+from vitbook.resume import save_state
+from vitbook.train import fit, random_shift
+
+def after_epoch(done, state):
+    if done == 2:
+        save_state(sys.argv[1], state())
+        return True
+
+torch.set_num_threads(1)
+fit(vit(), problem(), epochs=4, batch_size=10, augment=random_shift(1), progress=False,
+    after_epoch=after_epoch)
+"""
+
+
+def test_a_run_saved_by_another_process_goes_on_here(tmp_path):
+    path = tmp_path / "state.pt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-c", WORKER, str(path)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the threads the other process summed with
+    try:
+        recipe = {"epochs": 4, "batch_size": 10, "augment": random_shift(1), "progress": False}
+        reference = vit()
+        uninterrupted = fit(reference, problem(), **recipe)
+        model = vit(seed=5)
+        resumed = fit(model, problem(), resume=load_state(path), **recipe)
+    finally:
+        torch.set_num_threads(threads)
+    assert_same_run(model, resumed, reference, uninterrupted)
+
+
+def test_a_state_that_does_not_belong_to_the_call_is_refused(tmp_path):
+    data = problem()
+    saved = {}
+    fit(vit(), data, epochs=3, batch_size=16, lr=1e-3, progress=False,
+        after_epoch=lambda done, state: saved.setdefault("state", state()) and True)  # fmt: skip
+    state = saved["state"]
+    with pytest.raises(TrainingStateError, match=r"other arguments \(lr=0\.001 then, 0\.002 now\)"):
+        fit(vit(), data, epochs=3, batch_size=16, lr=2e-3, resume=state, progress=False)
+    with pytest.raises(TrainingStateError, match=r"epochs=3 then, 4 now.*or start the run again"):
+        fit(vit(), data, epochs=4, batch_size=16, resume=state, progress=False)
+    with pytest.raises(TrainingStateError, match=r"images=45 then, 30 now"):
+        fit(vit(), problem(30), epochs=3, batch_size=16, resume=state, progress=False)
+    with pytest.raises(TrainingStateError, match=r"augment=None then, 'random_shift.<locals>"):
+        fit(vit(), data, epochs=3, batch_size=16, augment=random_shift(1), resume=state,
+            progress=False)  # fmt: skip
+    other = VisionTransformer(ViTConfig(img_size=4, patch_size=2, in_chans=1, num_classes=3,
+                                        embed_dim=8, depth=2, num_heads=2))  # fmt: skip
+    with pytest.raises(TrainingStateError, match=r"weights of another model"):
+        fit(other, data, epochs=3, batch_size=16, resume=state, progress=False)
+    with pytest.raises(TypeError, match=r"resume must be a training state .* got str"):
+        fit(vit(), data, epochs=3, batch_size=16, resume="state.pt", progress=False)
+    with pytest.raises(TrainingStateError, match=r"layout 0, this vitbook reads layout 1"):
+        fit(vit(), data, epochs=3, batch_size=16, resume={**state, "format": 0}, progress=False)
+    with pytest.raises(TypeError, match=r"after_epoch must be a function .* got int"):
+        fit(vit(), data, epochs=1, after_epoch=3, progress=False)
+
+
+def test_a_damaged_state_file_is_named_with_what_to_do(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"missing\.pt does not exist"):
+        load_state(tmp_path / "missing.pt")
+    path = tmp_path / "cut.pt"
+    fit(vit(), problem(), epochs=1, batch_size=16, progress=False,
+        after_epoch=lambda done, state: save_state(path, state()))  # fmt: skip
+    whole = path.read_bytes()
+    assert load_state(path)["epoch"] == 1
+    path.write_bytes(whole[: len(whole) // 2])  # a copy cut short
+    with pytest.raises(TrainingStateError, match=r"cut\.pt is not a readable training state.*"
+                                                 r"delete .*cut\.pt to train that run again"):
+        load_state(path)
+    path.write_bytes(b"not a zip at all")
+    with pytest.raises(TrainingStateError, match=r"cut\.pt is not a readable training state"):
+        load_state(path)
+    plain = tmp_path / "plain.pt"
+    torch.save({"weights": torch.zeros(2)}, plain)
+    with pytest.raises(TrainingStateError, match=r"plain\.pt is not a training state of layout"):
+        load_state(plain)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.pt", "plain.pt"]  # no temporary

@@ -1,0 +1,199 @@
+"""Training that survives the end of a process: ``fit``'s whole state, saved and taken up again.
+
+A run on a GPU lent for ten minutes, on a preemptible machine or in a Colab session that
+disconnects ends before its 200 epochs. ``fit(after_epoch=...)`` hands the caller, after every
+epoch, a function that returns the run's whole training state; ``fit(resume=state)`` continues
+from it, and the finished run is the run an uninterrupted process would have made (on the CPU,
+bit for bit: ``tests/test_resume.py``). The state (:func:`capture`) holds
+
+- the model's weights and buffers, the optimizer's state (AdamW's moments and step counts), the
+  learning-rate schedule's position and the gradient scaler's scale;
+- every random generator the loop draws from: the generator of the order (and of augmentation
+  and mixing, or theirs where they live on another device), torch's global CPU generator
+  (dropout and stochastic depth on the CPU) and the training GPU's generator (on a GPU); python's
+  ``random`` and numpy's generators are not drawn from by ``fit``;
+- the epochs done, the history so far, the steps taken, and the arguments of ``fit`` that
+  decide the numbers (``epochs``, ``lr``, ``batch_size``, ``seed``, the number of images...),
+  which a resumed call must repeat: a state made with other ones is refused.
+
+:func:`save_state` writes a state atomically (a reader sees the old file or the new one, never
+half of one) and :func:`load_state` reads it back without unpickling code
+(``torch.load(weights_only=True)``), with errors that name the file. ``vitbook.session`` builds
+the recording of the photo ladder on these (a state folder, budgets of minutes).
+
+See chapter: Real photos on a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+from pathlib import Path
+
+import torch
+
+from vitbook import records
+
+__all__ = ["FORMAT", "TrainingStateError", "capture", "load_state", "restore", "save_state"]
+
+FORMAT = 1  # the layout of a saved state; a file of another layout is refused
+
+
+class TrainingStateError(ValueError):
+    """A saved training state that cannot continue this run; the message says why and what to do.
+
+    See chapter: Real photos on a GPU.
+    """
+
+
+def _cpu(value: object) -> object:
+    """A deep copy with every tensor on the CPU: training may go on after the capture."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_cpu(v) for v in value)
+    return copy.deepcopy(value)
+
+
+def capture(
+    *,
+    arguments: dict[str, object],
+    epoch: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler,
+    step: dict[str, object],
+    generators: dict[str, torch.Generator],
+    history: dict[str, object],
+    device: torch.device,
+) -> dict[str, object]:
+    """``fit``'s whole training state after ``epoch`` epochs, copied to the CPU.
+
+    Args:
+        arguments: the arguments of ``fit`` that decide the numbers (checked on resume).
+        epoch: epochs done.
+        model, optimizer, scheduler, scaler: as ``fit`` built them.
+        step: ``TrainStep.state_dict()``.
+        generators: name -> every ``torch.Generator`` the loop draws from.
+        history: the ``History``'s fields.
+        device: the training device (its GPU generator is saved on a GPU).
+
+    See chapter: Real photos on a GPU.
+    """
+    state = {
+        "format": FORMAT,
+        "arguments": dict(arguments),
+        "epoch": epoch,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "scaler": scaler.state_dict(),
+        "step": dict(step),
+        "generators": {name: g.get_state() for name, g in generators.items()},
+        "torch_rng": torch.get_rng_state(),
+        "history": dict(history),
+    }
+    if device.type == "cuda":
+        state["cuda_rng"] = torch.cuda.get_rng_state(device)
+    return _cpu(state)
+
+
+def restore(
+    state: object,
+    *,
+    arguments: dict[str, object],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler,
+    generators: dict[str, torch.Generator],
+    device: torch.device,
+) -> dict[str, object]:
+    """Put a state of :func:`capture` back into what ``fit`` built; return it (``"epoch"``,
+    ``"step"``, ``"history"`` are for ``fit``).
+
+    Raises:
+        TypeError: ``state`` is not a dict of :func:`capture`.
+        TrainingStateError: a state of another layout, or one made with other arguments (named,
+            with both values), or of another model (the weights do not fit).
+
+    See chapter: Real photos on a GPU.
+    """
+    if not isinstance(state, dict) or "arguments" not in state:
+        raise TypeError(
+            f"resume must be a training state that fit handed to after_epoch (a dict), got "
+            f"{type(state).__name__}; load one with vitbook.resume.load_state(path)."
+        )
+    if state.get("format") != FORMAT:
+        raise TrainingStateError(
+            f"the training state has layout {state.get('format')!r}, this vitbook reads layout "
+            f"{FORMAT}; finish the run with the vitbook that saved it, or start it again."
+        )
+    saved = state["arguments"]
+    differ = [f"{k}={saved.get(k)!r} then, {arguments.get(k)!r} now"
+              for k in sorted(set(saved) | set(arguments))
+              if saved.get(k) != arguments.get(k)]  # fmt: skip
+    if differ:
+        raise TrainingStateError(
+            "the training state was saved by a fit with other arguments (" + "; ".join(differ)
+            + "); resume with the arguments it was saved with, or start the run again "
+            "without resume."
+        )
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as error:
+        raise TrainingStateError(
+            f"the training state holds the weights of another model ({str(error)[:300]}); "
+            "resume the model it was saved from."
+        ) from error
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    scaler.load_state_dict(state["scaler"])
+    for name, generator in generators.items():
+        generator.set_state(state["generators"][name])
+    torch.set_rng_state(state["torch_rng"])
+    if device.type == "cuda" and "cuda_rng" in state:
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
+    return state
+
+
+def save_state(path: str | os.PathLike, state: dict[str, object]) -> None:
+    """Write a training state to ``path`` atomically (``torch.save`` into a temporary file that
+    is flushed to the disk and then moved into place; see :func:`vitbook.records.write_with`).
+
+    See chapter: Real photos on a GPU.
+    """
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    records.write_bytes(path, buffer.getvalue())
+
+
+def load_state(path: str | os.PathLike) -> dict[str, object]:
+    """A training state saved by :func:`save_state`, on the CPU, read without unpickling code.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        TrainingStateError: a file that is not a training state (damaged, cut short, another
+            format), naming it, with what to do.
+
+    See chapter: Real photos on a GPU.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; there is no saved training state there.")
+    remedy = (f"delete {path} to train that run again from its start (its earlier epochs are "
+              "lost), or restore the file from a copy of the state folder")  # fmt: skip
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a damaged zip, a pickle that is not plain data...
+        raise TrainingStateError(
+            f"{path} is not a readable training state ({type(error).__name__}: "
+            f"{str(error)[:200]}); {remedy}."
+        ) from error
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise TrainingStateError(f"{path} is not a training state of layout {FORMAT}; {remedy}.")
+    return state
