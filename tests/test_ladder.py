@@ -14,6 +14,8 @@ from vitbook.analysis import attention_rollout, mean_attention_distance
 from vitbook.cifar import Normalize
 from vitbook.ladder import (
     BASE,
+    DEIT_ROWS,
+    FIRST_ROWS,
     H100_SECONDS_PER_EPOCH,
     PLAN,
     RECORDED_ROWS,
@@ -23,11 +25,16 @@ from vitbook.ladder import (
     describe,
     describe_change,
     group_provenance,
+    load_progress,
     load_results,
     macs,
+    plan_cost,
+    planned_recipe,
     projected_minutes,
     readout,
     recipes,
+    recording_order,
+    recording_progress,
     summarize,
 )
 from vitbook.records import ResultsFileError
@@ -199,3 +206,150 @@ def test_macs_are_counted_per_op_and_the_fused_attention_is_not():
     assert "aten.bmm" not in fused and fused["aten.addmm"] == explicit["aten.addmm"]
     patch = 6 * 8 * (3 * 4 * 4)  # six patches, each a (C P P) -> D product
     assert explicit["aten.convolution"] == patch
+
+
+# --- the next recording: its order, its cost, and what a partial file holds -------------------
+
+
+def test_the_recording_answers_the_data_efficient_question_first():
+    order = recording_order()
+    assert order[:4] == [(row, 0) for row in FIRST_ROWS] == [
+        ("resnet18-200", 0), ("vit-200", 0), ("vit-200-deit-hard", 0), ("vit-200-conv-stem", 0)]
+    fifty = [row for row in ROWS if ROWS[row]["epochs"] == 50]
+    assert order[4 : 4 + len(fifty)] == [(row, 0) for row in fifty]  # in ladder order
+    later = order[4 + len(fifty) :]
+    assert all(seed > 0 for _, seed in later)
+    assert [seed for _, seed in later] == sorted(seed for _, seed in later)  # seed by seed
+    planned = {(row, seed) for row, seeds in {**PLAN, **{r: (0, 1, 2) for r in DEIT_ROWS}}.items()
+               for seed in seeds}  # fmt: skip
+    assert len(order) == len(set(order)) == len(planned) and set(order) == planned
+    for row, seed in order:  # a student after its teacher of the same seed
+        teacher = DEIT_ROWS.get(row, {}).get("teacher")
+        if teacher:
+            assert order.index((teacher, seed)) < order.index((row, seed))
+    assert recording_order({"vit-50": (1, 0), "vit-200": (2,)}) == [
+        ("vit-50", 0), ("vit-50", 1), ("vit-200", 2)]  # fmt: skip
+    with pytest.raises(ValueError, match=r"\['vit-300'\] are not rows of the next recording"):
+        recording_order({"vit-300": (0,)})
+
+
+def test_the_plan_is_priced_from_the_compiled_epoch_and_unmeasured_rows_stay_unpriced():
+    assert H100_SECONDS_PER_EPOCH["fit(compile=True), crop and flip"] == 1.455
+    cost = plan_cost()
+    assert [(row, seed) for row, seed, _, _ in cost] == recording_order()
+    for row, _, epochs, minutes in cost:
+        if row in ROWS and ROWS[row]["model"] == "vit":
+            assert epochs == ROWS[row]["epochs"] and minutes == pytest.approx(epochs * 1.455 / 60)
+        else:  # ResNet-18, the distilled student, the stem: never timed
+            assert minutes is None, row
+    epochs = sum(ROWS[r]["epochs"] * len(PLAN[r]) for r in ROWS if ROWS[r]["model"] == "vit")
+    assert epochs == 1300
+    assert sum(m for *_, m in cost if m is not None) == pytest.approx(1300 * 1.455 / 60)
+    assert plan_cost(3.0, [("vit-50", 1)]) == [("vit-50", 1, 50, 2.5)]
+
+
+def fake_run(row, seed):
+    """A run as the script records it, with accuracies made up for the test."""
+    return {"row": row, "seed": seed, "epochs": {**ROWS, **DEIT_ROWS}[row]["epochs"],
+            "recipe": planned_recipe(row), "final_val_accuracy": 0.8 + seed / 100,
+            "test_accuracy": 0.79 + len(row) / 1000 + seed / 100,
+            "wall_clock_minutes": 1.0}  # fmt: skip
+
+
+PROVENANCE = [{"device": "NVIDIA H100 80GB HBM3", "data": {"sha256": "ab" * 32}}]
+
+
+def stages() -> dict[str, int]:
+    """Named stages of the plan order: how many runs are recorded at each."""
+    order = recording_order()
+    first_later = next(k for k, (_, seed) in enumerate(order) if seed > 0)
+    return {"empty": 0, "resnet18-200 seed 0": 1, "the four seed-0 rows": 4,
+            "every seed 0": first_later, "one later seed": first_later + 1,
+            "all but one": len(order) - 1, "all": len(order)}  # fmt: skip
+
+
+@pytest.mark.parametrize("recorded", range(len(recording_order()) + 1))
+def test_a_partial_file_at_every_stage_says_what_is_recorded_and_what_is_missing(recorded):
+    order = recording_order()
+    runs = [fake_run(row, seed) for row, seed in order[:recorded]]
+    progress = recording_progress({"runs": runs[::-1], "provenance": PROVENANCE})  # any order
+    assert progress.recorded == tuple(order[:recorded]) and progress.missing == tuple(
+        order[recorded:])  # fmt: skip
+    assert progress.complete == (recorded == len(order))
+    assert progress.next == (order[recorded] if recorded < len(order) else None)
+    for row in progress.rows:
+        seeds = tuple(sorted(s for r, s in order[:recorded] if r == row))
+        assert progress.seeds(row) == seeds
+        assert set(progress.seeds(row)) | set(progress.missing_seeds(row)) == set(
+            progress.planned_seeds(row))  # fmt: skip
+        assert progress.partial(row) == (0 < len(seeds) < len(progress.planned_seeds(row)))
+        label = progress.label(row)
+        assert label.startswith(row) and ("partial" in label) == progress.partial(row)
+        assert ("not recorded" in label) == (not seeds)
+        assert progress.values(row) == {s: fake_run(row, s)["test_accuracy"] for s in seeds}
+    assert progress.recorded_rows() == tuple(dict.fromkeys(r for r, _ in order[:recorded]))
+    text = progress.describe()
+    first = {0: f"Nothing of the plan's {len(order)} runs is recorded yet.",
+             len(order): f"Recorded: all {len(order)} runs of the plan."}.get(recorded, (
+        f"Recorded so far: {recorded} of {len(order)} runs of the plan (a partial recording)."))
+    assert text.splitlines()[0] == first
+    assert ("Missing:" in text) == (recorded < len(order))
+    assert ("partial" in text) == (0 < recorded < len(order))
+    if recorded:  # what a chapter's table reads: one row per recorded row, its seeds counted
+        table = summarize(progress.results())
+        assert list(table) == list(progress.recorded_rows())
+        assert all(table[row]["n"] == len(progress.seeds(row)) for row in table)
+    assert progress.results()["provenance"] == PROVENANCE
+
+
+def test_the_named_stages_of_the_plan():
+    at = stages()
+    order = recording_order()
+
+    def progress(stage):
+        return recording_progress({"runs": [fake_run(r, s) for r, s in order[:at[stage]]],
+                                   "provenance": PROVENANCE})  # fmt: skip
+
+    assert progress("empty").recorded_rows() == () and progress("empty").next == (
+        "resnet18-200", 0)  # fmt: skip
+    one = progress("resnet18-200 seed 0")
+    assert one.label("resnet18-200") == "resnet18-200 (seed 0 of 0, 1, 2; partial)"
+    assert one.label("vit-200") == "vit-200 (not recorded)" and one.next == ("vit-200", 0)
+    four = progress("the four seed-0 rows")
+    assert four.recorded_rows() == FIRST_ROWS and all(four.partial(r) for r in FIRST_ROWS)
+    every = progress("every seed 0")
+    assert all(every.seeds(row) == (0,) for row in every.rows)
+    assert every.label("vit-50") == "vit-50 (seed 0 of 0, 1; partial)"
+    later = progress("one later seed")
+    assert later.seeds("resnet18-200") == (0, 1) and later.next == ("vit-200", 1)
+    done = progress("all")
+    assert done.complete and done.label("vit-200") == "vit-200 (seeds 0, 1, 2)"
+    assert done.describe().splitlines()[0] == f"Recorded: all {len(order)} runs of the plan."
+
+
+def test_a_file_that_does_not_belong_to_the_plan_is_refused_or_set_apart(tmp_path):
+    smoke = {**fake_run("vit-50", 0), "epochs": 1}
+    with pytest.raises(ValueError, match=r"row 'vit-50' seed 0 in x\.json was trained for 1 "
+                                         r"epochs .*but the plan has 50 epochs.*smoke run"):
+        recording_progress({"runs": [smoke]}, source="x.json")
+    other_recipe = {**fake_run("vit-50", 0), "recipe": {**planned_recipe("vit-50"), "lr": 2e-3}}
+    with pytest.raises(ValueError, match=r"with recipe .*'lr': 0\.002"):
+        recording_progress({"runs": [other_recipe]})
+    with pytest.raises(ValueError, match=r"row 'vit-200' seed 0 is recorded twice"):
+        recording_progress({"runs": [fake_run("vit-200", 0)] * 2})
+    with pytest.raises(ResultsFileError, match=r"holds no list of runs"):
+        recording_progress({"runs": "none"})
+    with pytest.raises(ResultsFileError, match=r"a run without row, seed, epochs or recipe"):
+        recording_progress({"runs": [{"row": "vit-50"}]})
+    shipped = recording_progress(load_results())  # the recorded ladder: other rows
+    assert shipped.recorded == () and len(shipped.other) == 13
+    with pytest.raises(ValueError, match=r"'vit-999' is not a row of the plan"):
+        shipped.seeds("vit-999")
+    nothing = load_progress(tmp_path / "none.json")
+    assert nothing.recorded == () and nothing.source.startswith("nothing recorded yet")
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps({"runs": [fake_run("resnet18-200", 0)], "provenance": PROVENANCE}))
+    assert load_progress(path).recorded == (("resnet18-200", 0),)
+    path.write_text('{"runs": [')
+    with pytest.raises(ResultsFileError, match=r"partial\.json is not valid JSON"):
+        load_progress(path)

@@ -12,6 +12,13 @@ defined here:
   above (:func:`changes`), training length is a row of its own, and the CNN row takes the last
   ViT row's budget and augmentation. :data:`PLAN` gives its seeds and :func:`projected_minutes`
   its cost from the per-epoch time measured alone on an H100 (:data:`H100_SECONDS_PER_EPOCH`).
+- :data:`DEIT_ROWS`, the rows of "Can a ViT beat the CNN that taught it?" on photos: one change
+  each from ``vit-200``.
+
+The next recording takes its runs in the order of :func:`recording_order` (the data-efficient
+chapter's answer first), :func:`plan_cost` prices it from the compiled loop's measured epoch, and
+:func:`recording_progress` says what a possibly partial results file holds of it: which rows and
+seeds are recorded, which are missing, which rows are partial.
 
 :func:`readout` is what the chapter shows of a trained photo ViT: attention rollout from the class
 token and the mean attention distance of every head.
@@ -29,10 +36,15 @@ from torch import nn
 
 from vitbook import records
 from vitbook.analysis import attention_rollout, cls_rollout_map, mean_attention_distance
+from vitbook.recording import Progress, progress_of
 
 __all__ = [
+    "DEIT_ROWS",
+    "FIRST_ROWS",
     "H100_SECONDS_PER_EPOCH",
+    "NEXT_RESULTS_PATH",
     "PLAN",
+    "Progress",
     "RECORDED_ROWS",
     "RESULTS_PATH",
     "ROWS",
@@ -41,14 +53,21 @@ __all__ = [
     "describe_change",
     "group_provenance",
     "load_results",
+    "load_progress",
     "macs",
+    "plan_cost",
+    "planned_recipe",
     "projected_minutes",
     "readout",
     "recipes",
+    "recording_order",
+    "recording_progress",
     "summarize",
 ]
 
 RESULTS_PATH = Path(__file__).parent / "assets" / "cifar10_results.json"
+# Where the next recording (ROWS and DEIT_ROWS) ships once a GPU has recorded some of it.
+NEXT_RESULTS_PATH = Path(__file__).parent / "assets" / "cifar10_next_results.json"
 
 # AdamW with DeiT's regularisers, scaled to CIFAR-10: what every recorded row shares.
 BASE = {"lr": 1e-3, "weight_decay": 0.05, "batch_size": 256, "warmup_epochs": 3,
@@ -101,15 +120,30 @@ ROWS: dict[str, dict[str, object]] = _ladder()
 # 0.3 points from seed to seed); three for the row the ladder is aiming at.
 PLAN: dict[str, tuple[int, ...]] = {name: (0, 1) for name in ROWS}
 PLAN["vit-200"] = (0, 1, 2)
-PLAN["resnet18-200"] = (0,)
+PLAN["resnet18-200"] = (0, 1, 2)  # seed s teaches vit-200-deit-hard's seed s
 BEST_ROW = "vit-200"  # the row whose seed 0 the chapter looks inside
+
+# The rows of "Can a ViT beat the CNN that taught it?": one change each from vit-200. The
+# distilled row learns from resnet18-200 of its own seed (the same augmentation and budget).
+DEIT_ROWS: dict[str, dict[str, object]] = {
+    "vit-200-deit-hard": {**ROWS["vit-200"], "distilled": True, "teacher": "resnet18-200",
+                          "distillation": "hard"},
+    "vit-200-conv-stem": {**ROWS["vit-200"], "stem": "conv", "blocks_removed": 1},
+}  # fmt: skip
+DEIT_PLAN: dict[str, tuple[int, ...]] = {name: (0, 1, 2) for name in DEIT_ROWS}
+# Recorded first: the data-efficient chapter's answer on photos (seed 0 of each).
+FIRST_ROWS = ("resnet18-200", "vit-200", "vit-200-deit-hard", "vit-200-conv-stem")
 
 # Measured alone on an NVIDIA H100 80GB HBM3, bf16, 45,000 training photos, at f5734a8: one epoch
 # of `fit` with crop and flip and no validation (benchmarks/gpu.py), and the recorded vit-mix-200
 # seed 0 over its last ~100 epochs (RandAugment, MixUp/CutMix, stochastic depth, validation).
 # Projections use the slower, so they bound the lighter rows; ResNet-18 was never timed alone.
+# The compiled figure: fit(compile=True) on an NVIDIA H100 80GB, torch 2.11.0+cu130, at 38c1719,
+# batch 256, bf16, 45,000 random photos, crop and flip, no validation, the median of 5 rounds
+# interleaved with the other loops of benchmarks/gpu.py (issue 35; the first call compiled 51 s).
 H100_SECONDS_PER_EPOCH = {"fit, crop and flip": 2.15, "plain loop": 2.00,
-                          "vit-mix-200, all of it": (3.1, 3.6)}  # fmt: skip
+                          "vit-mix-200, all of it": (3.1, 3.6),
+                          "fit(compile=True), crop and flip": 1.455}  # fmt: skip
 
 
 def changes(
@@ -194,6 +228,80 @@ def projected_minutes(row: str) -> float | None:
         return None
     slowest = max(H100_SECONDS_PER_EPOCH["vit-mix-200, all of it"])
     return ROWS[row]["epochs"] * len(PLAN[row]) * slowest / 60
+
+
+def planned_recipe(row: str) -> dict[str, object]:
+    """What a run of the next recording records as its recipe: the row's fields but epochs.
+
+    Example:
+        >>> planned_recipe("vit-200-conv-stem")["stem"], "epochs" in planned_recipe("vit-50")
+        ('conv', False)
+
+    See chapter: Real photos on a GPU.
+    """
+    rows = {**ROWS, **DEIT_ROWS}
+    if row not in rows:
+        raise ValueError(f"{row!r} is not a row of the next recording; choose from {list(rows)}.")
+    return {k: v for k, v in rows[row].items() if k != "epochs"}
+
+
+def recording_order(
+    seeds: dict[str, tuple[int, ...]] | None = None,
+) -> list[tuple[str, int]]:
+    """The next recording's runs, ``(row, seed)``, in the order a recording takes them.
+
+    First seed 0 of :data:`FIRST_ROWS` (``resnet18-200``, ``vit-200``, ``vit-200-deit-hard``,
+    ``vit-200-conv-stem``: the data-efficient chapter's answer on photos), then seed 0 of every
+    50-epoch row in ladder order, then the remaining seeds, seed by seed, in the same row order.
+    A distilled run always comes after its teacher's run of the same seed.
+
+    Args:
+        seeds: row -> seeds; by default :data:`PLAN` and the data-efficient rows' three seeds.
+            Rows left out are not recorded.
+
+    Example:
+        >>> recording_order()[3:5]
+        [('vit-200-conv-stem', 0), ('vit-50', 0)]
+
+    See chapter: Real photos on a GPU.
+    """
+    seeds = {**PLAN, **DEIT_PLAN} if seeds is None else seeds
+    rows = [*FIRST_ROWS, *(name for name in ROWS if name not in FIRST_ROWS)]
+    unknown = sorted(set(seeds) - set(rows))
+    if unknown:
+        raise ValueError(f"{unknown} are not rows of the next recording; choose from {rows}.")
+    order = [(row, 0) for row in rows if 0 in seeds.get(row, ())]
+    later = sorted({seed for row in rows for seed in seeds.get(row, ()) if seed != 0})
+    order += [(row, seed) for seed in later for row in rows if seed in seeds.get(row, ())]
+    return order
+
+
+def plan_cost(
+    seconds_per_epoch: float = H100_SECONDS_PER_EPOCH["fit(compile=True), crop and flip"],
+    order: list[tuple[str, int]] | None = None,
+) -> list[tuple[str, int, int, float | None]]:
+    """Each run's epochs and minutes at a measured epoch time of the photo ViT.
+
+    The default is ``fit(compile=True)``'s epoch on an H100 with crop and flip and no
+    validation, so the rows of the patch-embedding ViT cost at least that: RandAugment, mixing,
+    erasing and a validation pass add to it. Runs of other models (ResNet-18, the distilled
+    student with its teacher's forward pass, the convolutional stem) were never timed: their
+    minutes are ``None``, never estimated.
+
+    Returns:
+        ``[(row, seed, epochs, minutes or None)]`` in recording order.
+
+    Example:
+        >>> plan_cost()[1]
+        ('vit-200', 0, 200, 4.85)
+
+    See chapter: Real photos on a GPU.
+    """
+    rows = {**ROWS, **DEIT_ROWS}
+    timed = {name for name, row in ROWS.items() if row["model"] == "vit"}
+    return [(row, seed, rows[row]["epochs"],
+             rows[row]["epochs"] * seconds_per_epoch / 60 if row in timed else None)
+            for row, seed in (recording_order() if order is None else order)]  # fmt: skip
 
 
 def load_results(path: str | Path = RESULTS_PATH) -> dict:
@@ -373,3 +481,61 @@ def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[st
         "rollout_maps": cls_rollout_map(rollout, config.grid_size, num_prefix_tokens=prefix).cpu(),
         "mean_attention_distance": distances.cpu(),
     }
+
+
+
+def recording_progress(
+    results: dict | None,
+    order: list[tuple[str, int]] | None = None,
+    *,
+    source: str = "",
+) -> Progress:
+    """What a possibly partial results file holds of the next recording (a
+    :class:`vitbook.recording.Progress`: recorded and missing runs, partial rows, labels).
+
+    Args:
+        results: a results file of ``scripts/train_cifar10.py`` (a state folder's
+            ``results.json``, or a merge of them), possibly with no runs; ``None`` when nothing
+            is recorded yet.
+        order: the plan's runs; :func:`recording_order` by default.
+        source: where ``results`` came from, kept in ``Progress.source``.
+
+    Raises:
+        vitbook.records.ResultsFileError: not a results file (no list of runs), or a run
+            without row, seed, epochs or recipe.
+        ValueError: a run of the plan recorded twice, or with other epochs or another recipe
+            than the plan's (a smoke run, say), named with what to do.
+
+    Example:
+        >>> progress = recording_progress(None)
+        >>> progress.complete, progress.next, progress.label("vit-200")
+        (False, ('resnet18-200', 0), 'vit-200 (not recorded)')
+
+    See chapter: Real photos on a GPU.
+    """
+    order = recording_order() if order is None else list(order)
+    rows = {**ROWS, **DEIT_ROWS}
+    planned = {row: (rows[row]["epochs"], planned_recipe(row)) for row, _ in order}
+    return progress_of(results, order, planned, source=source)
+
+
+def load_progress(path: str | Path = NEXT_RESULTS_PATH) -> Progress:
+    """:func:`recording_progress` of a results file; no file at ``path`` means nothing is
+    recorded yet (``Progress.source`` says so).
+
+    Raises:
+        vitbook.records.ResultsFileError: a damaged file (not JSON, cut short), named.
+        ValueError: as :func:`recording_progress`.
+
+    Example:
+        >>> load_progress("no-such-file.json").source
+        'nothing recorded yet: no file at no-such-file.json'
+
+    See chapter: Real photos on a GPU.
+    """
+    path = Path(path)
+    if not path.exists():
+        return recording_progress(None, source=f"nothing recorded yet: no file at {path}")
+    remedy = ("record the plan with `python scripts/train_cifar10.py --data cifar10.npz "
+              "--state DIR --minutes M`.")  # fmt: skip
+    return recording_progress(records.read_json(path, remedy=remedy), source=str(path))
