@@ -5,11 +5,7 @@ Runs are shortened to one epoch (the recipe is patched), so that each takes a se
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +13,6 @@ import torch
 from vitbook import distill_digits
 from vitbook.baselines import DigitsCNN
 from vitbook.distill_digits import (
-    RESULTS_PATH,
     SETTINGS,
     STUDENT,
     TEACHERS,
@@ -28,20 +23,11 @@ from vitbook.distill_digits import (
 )
 from vitbook.vit import VisionTransformer
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_distillation.py"
-
 
 @pytest.fixture
 def one_epoch(monkeypatch):
     monkeypatch.setitem(distill_digits.RECIPE, "epochs", 1)
     monkeypatch.setitem(distill_digits.RECIPE, "warmup_epochs", 0)
-
-
-def script():
-    spec = importlib.util.spec_from_file_location("run_distillation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_settings_build_the_models_they_name():
@@ -57,6 +43,39 @@ def test_settings_build_the_models_they_name():
         fields = {k: getattr(model.config, k) for k in STUDENT if k != "img_size"}
         assert fields == {k: v for k, v in STUDENT.items() if k != "img_size"}
     assert not build(SETTINGS["hard, class token only"]).config.distilled
+    mean = build(SETTINGS["ViT, mean-pooled"]).config
+    assert (mean.class_token, mean.pool, mean.num_prefix_tokens) == (False, "mean", 0)
+    assert build(SETTINGS["token, no teacher"]).config.distilled
+    assert "teacher" not in SETTINGS["token, no teacher"]
+
+
+def test_the_token_without_a_teacher_trains_both_heads_on_the_labels(one_epoch):
+    teachers = {}
+    model, run = run_one("token, no teacher", seed=1, teachers=teachers)
+    assert model.config.distilled and set(teachers) == {"cnn"}  # the CNN only for agreement
+    torch.manual_seed(1)
+    start = build(SETTINGS["token, no teacher"])
+    for head in ("head", "head_dist"):  # both heads moved from their initial weights
+        assert not torch.equal(getattr(model, head).weight, getattr(start, head).weight)
+    assert 0.0 <= run["distillation_head_accuracy"] <= 1.0
+
+
+def test_soft_batchmean_weighs_the_kl_ten_times_deits(monkeypatch):
+    from vitbook.distill import DistillationLoss
+
+    seen = {}
+
+    def spy(teacher, kind, **options):
+        seen.update(kind=kind, **options)
+        return DistillationLoss(teacher, kind, **options)
+
+    monkeypatch.setattr(distill_digits, "DistillationLoss", spy)
+    monkeypatch.setitem(distill_digits.RECIPE, "epochs", 1)
+    monkeypatch.setitem(distill_digits.RECIPE, "warmup_epochs", 0)
+    distill_digits.train_setting("soft, CNN teacher, batchmean", seed=0)
+    assert seen["kind"] == "soft" and seen["kl_reduction"] == "batchmean"
+    distill_digits.train_setting("soft, CNN teacher", seed=0)
+    assert seen["kl_reduction"] == "mean"  # DeiT's
 
 
 def test_one_distilled_run_trains_its_teacher_and_measures_everything(one_epoch):
@@ -100,43 +119,6 @@ def test_summary_and_load_results(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"experiments": {}}))
     with pytest.raises(ResultsFileError, match="holds no 'runs' of settings"):
         load_results(tmp_path / "other.json")
-
-
-def test_the_script_never_writes_a_shipped_file_by_default(tmp_path, monkeypatch):
-    from vitbook.records import ShippedFileError
-
-    run_distillation = script()
-    monkeypatch.setenv("VITBOOK_PROGRESS", "0")  # main() sets it; undone after the test
-    monkeypatch.setattr(sys, "argv", ["run_distillation.py", "--out", str(RESULTS_PATH)])
-    with pytest.raises(ShippedFileError, match="pass --write-assets"):
-        run_distillation.main()
-    monkeypatch.setattr(sys, "argv", ["run_distillation.py", "--out", str(tmp_path)])
-    with pytest.raises(ValueError, match="is a folder"):
-        run_distillation.main()
-
-
-def test_the_script_records_with_provenance_and_merges_disjoint_parts(tmp_path, one_epoch):
-    run_distillation = script()
-    first, second = tmp_path / "a.json", tmp_path / "b.json"
-    run_distillation.run(["CNN teacher"], [0], first)
-    run_distillation.run(["conv stem"], [0], second)
-    part = load_results(first)
-    provenance = part["provenance"][0]
-    for key in ("command", "git_commit", "torch", "cpu", "cpu_capability", "seeds",
-                "wall_seconds"):
-        assert key in provenance
-    assert part["fraction"] == distill_digits.FRACTION and part["recipe"]["epochs"] == 1
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp files
-    umask = os.umask(0)
-    os.umask(umask)
-    assert first.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0o600
-    merged = tmp_path / "ab.json"
-    run_distillation.merge([first, second], merged)
-    joined = load_results(merged)
-    assert list(joined["runs"]) == ["CNN teacher", "conv stem"]
-    assert len(joined["provenance"]) == 2
-    with pytest.raises(SystemExit, match="repeats the settings"):
-        run_distillation.merge([first, first], tmp_path / "twice.json")
 
 
 def test_the_teacher_agreement_is_measured_against_the_cnn_teacher(one_epoch):
@@ -188,3 +170,26 @@ def test_the_shipped_recording_is_complete_and_says_how_it_was_made():
         assert all(("attention_distance" in run) == vit for run in runs), label
         distilled = SETTINGS[label].get("distilled", False)
         assert all(("head_agreement" in run) == distilled for run in runs), label
+
+
+def test_what_the_seeds_share_across_settings():
+    # The chapter's pairing: seed s starts settings of one architecture from the same weights.
+    def weights(label):
+        torch.manual_seed(3)
+        return dict(build(SETTINGS[label]).named_parameters())
+
+    def same(a, b):
+        return sorted(k for k in a if k in b and a[k].shape == b[k].shape
+                      and torch.equal(a[k], b[k]) and a[k].std() > 0)  # drawn, and equal
+
+    scratch, distilled = weights("ViT, scratch"), weights("hard, CNN teacher")
+    drawn = same(scratch, scratch)
+    for label in ("hard, class token only", "ViT, scratch, mixed"):
+        assert same(scratch, weights(label)) == drawn, label
+    for label in ("soft, CNN teacher", "hard, ViT teacher", "token, no teacher",
+                  "soft, CNN teacher, batchmean", "hard, CNN teacher, mixed"):
+        assert same(distilled, weights(label)) == same(distilled, distilled), label
+    patches = ["patch_embed.proj.bias", "patch_embed.proj.weight"]
+    assert same(scratch, distilled) == patches
+    assert same(scratch, weights("ViT, mean-pooled")) == patches
+    assert same(scratch, weights("conv stem")) == []

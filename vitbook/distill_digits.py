@@ -28,11 +28,30 @@ classification*, where a CNN of the same size is far ahead of the ViT. The setti
   teacher's decision can differ from the mixed label, as it does in DeiT on ImageNet; the
   teacher itself was trained without mixing.
 
+The controls (recorded later, by the same script, appended to the same file):
+
+- ``"ViT, mean-pooled"``: the book's own ViT, no class token and mean pooling over the patch
+  tokens (:data:`vitbook.experiments.BASE_VIT`), on the same digits with the same recipe.
+- ``"token, no teacher"``: the distilled student's architecture with no teacher, both heads on
+  the labels (``DistillationLoss(None, "none")``): what the second token does by itself.
+- ``"soft, CNN teacher, batchmean"``: soft distillation with the usual per-image KL
+  (``kl_reduction="batchmean"``), ten times the weight of DeiT's per-class mean on 10 classes.
+
 Every run uses the recipe of :mod:`vitbook.experiments` (``RECIPE``: 100 epochs of AdamW, peak
 learning rate 5e-3, weight decay 0.05, batches of 64, 5 epochs of warm-up then a cosine, label
 smoothing 0.1 on the true labels, one-pixel shifts), the same number of steps for every student;
 the teachers see the students' shifted images. A seed sets the initial weights and the order and
-shifts of the batches; the students of seed s learn from the teachers of seed s.
+shifts of the batches; the students of seed s learn from the teachers of seed s. What seed s
+shares across settings (``fit`` draws the order and the shifts from one generator seeded with
+s, and ``torch.manual_seed(s)`` comes before the model is built):
+
+- the order and the shifts of every batch, in every setting without mixing; the mixed settings
+  share the first epoch's order, and their mixing draws move everything after it;
+- the initial weights where two settings build the same architecture: the scratch ViT, its
+  class-token-only and mixed versions start identical, and so does every distilled student
+  with every other; a distilled student and the mean-pooled ViT share only the patch
+  embedding with the scratch ViT (the extra or missing token changes every draw after it),
+  and the convolutional stem shares nothing.
 
 Measured per run: the accuracy on the 270 validation digits (what settings are compared by),
 on the 450 test digits (read once per model, at the end), and for a distilled student each
@@ -122,9 +141,14 @@ SETTINGS: dict[str, dict[str, object]] = {
     "ViT, scratch, mixed": {"model": "vit", "mix": True},
     "hard, CNN teacher, mixed": {"model": "vit", "distilled": True, "teacher": "cnn",
                                  "type": "hard", "mix": True},
+    # The controls, recorded after the settings above.
+    "ViT, mean-pooled": {"model": "vit", "class_token": False, "pool": "mean"},
+    "token, no teacher": {"model": "vit", "distilled": True, "type": "none"},
+    "soft, CNN teacher, batchmean": {"model": "vit", "distilled": True, "teacher": "cnn",
+                                     "type": "soft", "kl_reduction": "batchmean"},
 }
 TEACHERS = {"cnn": "CNN teacher", "vit": "ViT, scratch"}  # teacher -> the setting that trains it
-_MODEL_FIELDS = ("distilled", "stem")
+_MODEL_FIELDS = ("distilled", "stem", "class_token", "pool")
 
 
 def build(setting: dict[str, object]) -> nn.Module:
@@ -197,13 +221,17 @@ def train_setting(
     mix = mixup_cutmix(10, label_smoothing=smoothing, **MIX) if setting.get("mix") else None
     smoothing = 0.0 if mix else smoothing
     criterion = None
-    if "teacher" in setting:
-        kind = setting["teacher"]
-        if kind not in teachers:
-            teachers[kind] = train_setting(TEACHERS[kind], seed)[0]
+    if "type" in setting:  # a distillation loss; "none" has no teacher
+        teacher = None
+        if "teacher" in setting:
+            kind = setting["teacher"]
+            if kind not in teachers:
+                teachers[kind] = train_setting(TEACHERS[kind], seed)[0]
+            teacher = teachers[kind]
         criterion = DistillationLoss(
-            teachers[kind], str(setting["type"]), label_smoothing=smoothing,
-            single_head=not setting.get("distilled", False), **DISTILLATION,
+            teacher, str(setting["type"]), label_smoothing=smoothing,
+            single_head=not setting.get("distilled", False),
+            kl_reduction=str(setting.get("kl_reduction", "mean")), **DISTILLATION,
         )  # fmt: skip
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)  # one thread: the same float sums in the same order every run

@@ -1,0 +1,176 @@
+"""scripts/run_distillation.py: outputs never replaced, seeds once, merges of files that belong.
+
+Runs are shortened to one epoch (the recipe is patched), so that each takes a second or two.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from vitbook import distill_digits
+from vitbook.distill_digits import RESULTS_PATH, load_results
+from vitbook.records import ResultsFileError
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_distillation.py"
+
+
+@pytest.fixture
+def one_epoch(monkeypatch):
+    monkeypatch.setitem(distill_digits.RECIPE, "epochs", 1)
+    monkeypatch.setitem(distill_digits.RECIPE, "warmup_epochs", 0)
+    monkeypatch.setenv("VITBOOK_PROGRESS", "0")  # main() sets it; undone after the test
+
+
+@pytest.fixture
+def script():
+    spec = importlib.util.spec_from_file_location("run_distillation", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def recorded(tmp_path, one_epoch, script):
+    """A file with the CNN teacher's seed 0 and 1 (one epoch each)."""
+    path = tmp_path / "a.json"
+    script.run(["CNN teacher"], [0, 1], path)
+    return path
+
+
+def refused(script, capsys, argv: list[str], match: str) -> str:
+    """main(argv) stops with exit status 2 and a message matching ``match``."""
+    with pytest.raises(SystemExit) as stop:
+        script.main(argv)
+    assert stop.value.code == 2
+    message = capsys.readouterr().err
+    assert match in message, message
+    return message
+
+
+def test_a_run_records_with_provenance(recorded):
+    part = load_results(recorded)
+    provenance = part["provenance"][0]
+    for key in ("command", "git_commit", "torch", "cpu", "cpu_capability", "kernel_variables",
+                "seeds", "wall_seconds"):
+        assert key in provenance, key
+    assert provenance["wall_seconds"] > 0
+    assert part["fraction"] == distill_digits.FRACTION and part["recipe"]["epochs"] == 1
+    assert [run["seed"] for run in part["runs"]["CNN teacher"]] == [0, 1]
+    assert all("process" not in run for run in part["runs"]["CNN teacher"])  # entry 0
+    folder = recorded.parent
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []  # no temp files
+    umask = os.umask(0)
+    os.umask(umask)
+    assert recorded.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0o600
+
+
+def test_out_appends_to_an_existing_file_and_never_replaces_it(recorded, script, capsys):
+    before = recorded.read_bytes()
+    refused(script, capsys, ["--only", "CNN teacher", "--seeds", "1", "--out", str(recorded)],
+            "setting 'CNN teacher' seed 1 twice")  # fmt: skip
+    assert recorded.read_bytes() == before  # refused before anything trained
+    script.main(["--only", "CNN teacher", "--seeds", "2", "--out", str(recorded)])
+    appended = load_results(recorded)
+    assert [run["seed"] for run in appended["runs"]["CNN teacher"]] == [0, 1, 2]
+    assert len(appended["provenance"]) == 2
+    assert [run.get("process", 0) for run in appended["runs"]["CNN teacher"]] == [0, 0, 1]
+    first = json.loads(before)["runs"]["CNN teacher"]
+    assert appended["runs"]["CNN teacher"][:2] == first  # the recorded runs, unchanged
+
+
+def test_the_shipped_file_needs_the_flag_and_a_folder_is_no_file(tmp_path, script, capsys):
+    refused(script, capsys, ["--out", str(RESULTS_PATH)], "pass --write-assets")
+    refused(script, capsys, ["--out", str(tmp_path)], "is a folder")
+    refused(script, capsys, ["--write-assets", "--out", str(tmp_path / "x.json")],
+            "--write-assets writes the shipped file")  # fmt: skip
+
+
+def test_seeds_and_settings_are_named_once(script, capsys):
+    refused(script, capsys, ["--seeds", "0", "0"], "--seeds names 0 twice")
+    refused(script, capsys, ["--only", "conv stem", "conv stem"], "names conv stem twice")
+    refused(script, capsys, ["--seeds", "-1"], "seeds are 0 or more")
+
+
+def test_runs_of_another_machine_join_only_when_allowed(recorded, script, capsys):
+    other = json.loads(recorded.read_text())
+    for entry in other["provenance"]:
+        entry.update(cpu="AMD EPYC", cpu_capability="AVX2")
+    recorded.write_text(json.dumps(other))
+    before = recorded.read_bytes()
+    refused(script, capsys, ["--only", "CNN teacher", "--seeds", "2", "--out", str(recorded)],
+            "different machines or software: AMD EPYC, AVX2")  # fmt: skip
+    assert recorded.read_bytes() == before
+    script.main(["--only", "CNN teacher", "--seeds", "2", "--out", str(recorded),
+                 "--allow-mixed"])  # fmt: skip
+    joined = load_results(recorded)
+    assert [entry["cpu"] for entry in joined["provenance"]][0] == "AMD EPYC"
+    assert joined["runs"]["CNN teacher"][2]["process"] == 1
+
+
+def test_merge_joins_files_and_keeps_every_run(recorded, tmp_path, one_epoch, script, capsys):
+    second = tmp_path / "b.json"
+    script.run(["conv stem"], [0], second)
+    merged = tmp_path / "ab.json"
+    script.main(["--merge", str(recorded), str(second), "--out", str(merged)])
+    joined = load_results(merged)
+    assert list(joined["runs"]) == ["CNN teacher", "conv stem"]
+    assert len(joined["provenance"]) == 2 and joined["runs"]["conv stem"][0]["process"] == 1
+    assert joined["settings"] == {k: distill_digits.SETTINGS[k] for k in joined["runs"]}
+    assert joined["joins"][-1]["files"] == [str(recorded), str(second)]
+    refused(script, capsys, ["--merge", str(recorded), str(recorded), "--out",
+                             str(tmp_path / "twice.json")], "names")  # fmt: skip
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(recorded.read_bytes())
+    refused(script, capsys, ["--merge", str(recorded), str(copy), "--out",
+                             str(tmp_path / "c.json")], "seed 0 twice")  # fmt: skip
+    # An existing --out that is not merged would lose its runs: refused, unchanged.
+    before = second.read_bytes()
+    refused(script, capsys, ["--merge", str(recorded), "--out", str(second)],
+            "is not among the files to merge")  # fmt: skip
+    assert second.read_bytes() == before
+    # An existing --out among the inputs is joined with them.
+    script.main(["--merge", str(second), str(recorded), "--out", str(second)])
+    assert sorted(load_results(second)["runs"]) == ["CNN teacher", "conv stem"]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda r: r["runs"]["CNN teacher"][0].update(validation_accuracy="NaN"),
+         "validation_accuracy is 'NaN', not a number in [0, 1]"),
+        (lambda r: r["runs"]["CNN teacher"][0].update(test_accuracy=float("nan")),
+         "test_accuracy is nan, not a number in [0, 1]"),
+        (lambda r: r["runs"]["CNN teacher"][0].update(test_accuracy=97.8),
+         "test_accuracy is 97.8, not a number in [0, 1]"),
+        (lambda r: r["runs"].update({"ViT, giant": [{"seed": 0}]}),
+         "setting 'ViT, giant' is unknown to this code"),
+        (lambda r: r["provenance"][0].pop("cpu"), "provenance entry 0 does not name its cpu"),
+        (lambda r: r["runs"]["CNN teacher"][1].update(seed="0"), "the seed is not an int"),
+        (lambda r: r["runs"]["CNN teacher"][1].update(seed=0), "has seed(s) [0] twice"),
+        (lambda r: r["runs"]["CNN teacher"][1].update(process=3), "process 3 names no"),
+        (lambda r: r.update(fraction=1.0), "its 'fraction' is 1.0, this code's is 0.5"),
+        (lambda r: r["settings"].update({"CNN teacher": {"model": "vit"}}),
+         "setting 'CNN teacher' is {'model': 'vit'} in the file"),
+    ],
+)
+def test_merge_refuses_a_file_that_is_not_a_results_file(recorded, tmp_path, script, capsys,
+                                                         damage, message):  # fmt: skip
+    results = json.loads(recorded.read_text())
+    damage(results)
+    recorded.write_text(json.dumps(results))
+    out = tmp_path / "merged.json"
+    text = refused(script, capsys, ["--merge", str(recorded), "--out", str(out)], message)
+    assert "not merged" in text and str(recorded) in text and not out.exists()
+    with pytest.raises(ResultsFileError, match="not a results file of this miniature"):
+        script.validate(results, "x.json")
+
+
+def test_check_reruns_a_slice_and_names_the_machine(recorded, script, capsys):
+    assert script.main(["--check", str(recorded), "--only", "CNN teacher", "--seeds", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "ok  'CNN teacher' seed 0 validation_accuracy" in out and "was made on" in out
