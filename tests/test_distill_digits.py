@@ -162,14 +162,23 @@ def test_the_shipped_recording_is_complete_and_says_how_it_was_made():
                for runs in results["runs"].values())  # fmt: skip
     assert results["fraction"] == distill_digits.FRACTION
     assert results["student"] == STUDENT and results["settings"] == SETTINGS
-    provenance = results["provenance"][0]
-    assert provenance["command"] == "python scripts/run_distillation.py --write-assets"
-    assert len(provenance["git_commit"]) == 40 and not provenance["uncommitted_changes"]
+    first, controls = results["provenance"]
+    assert first["command"] == "python scripts/run_distillation.py --write-assets"
+    assert controls["settings_run"] == ["ViT, mean-pooled", "token, no teacher",
+                                        "soft, CNN teacher, batchmean"]  # fmt: skip
+    for entry in (first, controls):
+        assert len(entry["git_commit"]) == 40 and not entry["uncommitted_changes"]
+        assert entry["cpu_capability"] == "AVX2" and entry["torch_threads"] == 1
+    assert controls["kernel_variables"]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert results["joins"][-1]["allow_mixed"]  # two machines, said so when joined
     for label, runs in results["runs"].items():
+        made_by = {run.get("process", 0) for run in runs}
+        assert made_by == ({1} if label in controls["settings_run"] else {0}), label
         vit = label != "CNN teacher"
         assert all(("attention_distance" in run) == vit for run in runs), label
         distilled = SETTINGS[label].get("distilled", False)
         assert all(("head_agreement" in run) == distilled for run in runs), label
+
 
 
 def test_what_the_seeds_share_across_settings():
