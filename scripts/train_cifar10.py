@@ -8,6 +8,8 @@
     python scripts/train_cifar10.py --merge runs/a.json runs/b.json --out runs/ladder.json
     python scripts/train_cifar10.py --data cifar10.npz --rows resnet18-200 vit-200-deit-hard \
         vit-200-conv-stem --save-dir runs/weights        # the chapter on data-efficient ViTs
+    python scripts/train_cifar10.py --data cifar10.npz --state runs/state --minutes 10  # a session
+    python scripts/train_cifar10.py --plan-only --minutes 10    # the plan, priced, in budgets
 
 The rows are ``vitbook.ladder.ROWS`` (each changes one thing from the row above; seeds from
 ``vitbook.ladder.PLAN``), to reproduce the shipped recording ``RECORDED_ROWS``, and the rows of
@@ -35,9 +37,24 @@ trained model: attention rollout from the class token on eight test photos and t
 attention distance of every head. ``--save-dir`` also writes each run's trained weights
 (safetensors) and that read-out as a file of its own.
 
+Sessions of any length (``--state DIR``, ``--minutes M``): the next recording (the ladder and the
+data-efficient rows, in ``vitbook.ladder.recording_order``: seed 0 of ``resnet18-200``,
+``vit-200``, ``vit-200-deit-hard`` and ``vit-200-conv-stem`` first) is recorded into a state
+folder (``vitbook.session``), a session at a time. Every run saves its whole training state there
+every ``--save-every`` minutes, when SIGTERM or SIGINT ask it to stop, and before the budget of
+``M`` minutes ends; the next session, on the same machine or a bare one with the folder and the
+data file copied over, continues each unfinished run where it stopped (on the CPU the finished run
+is bit for bit the one an uninterrupted process makes). Runs share the GPU side by side
+(``--processes``: how many is measured at the start of each session and printed); a finished run
+joins ``DIR/results.json`` with the provenance of every session. A folder made with other data,
+code, torch, precision or recipe is refused. On a GPU the step is compiled (``--no-compile`` to
+train eagerly); the compiler's caches live in the folder too.
+
 Under ``torchrun`` each process takes its share of every global batch inside PyTorch's
-DistributedDataParallel (see ``fit``); only the first process writes. A worker that stops or does
-not answer within ``--dist-timeout`` seconds stops the others with a message instead of a hang.
+DistributedDataParallel (see ``fit``); only the first process writes. Each worker waits for the
+others (to start, and at every step's gradient average) at most ``--dist-timeout`` seconds (5
+minutes by default); a worker that stops or does not answer in that time stops the others with a
+message that says what they waited for, instead of a hang.
 On the CPU, ``torchrun --nproc_per_node=2`` runs with the gloo backend, which is how the tests
 check that two processes compute the same losses as one.
 """
@@ -51,6 +68,8 @@ import json
 import os
 import platform
 import shlex
+import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -60,6 +79,7 @@ import torch
 from torch import nn
 
 from vitbook import VisionTransformer, ViTConfig, augment, records
+from vitbook import resume as training_state
 from vitbook.baselines import CifarResNet18
 from vitbook.cifar import (
     CIFAR10_MEAN,
@@ -71,25 +91,44 @@ from vitbook.cifar import (
     load_cifar10,
 )
 from vitbook.distill import DistillationLoss
-from vitbook.ladder import BASE, BEST_ROW, PLAN, RECORDED_ROWS, ROWS, readout
-from vitbook.train import evaluate, fit
+from vitbook.ladder import (
+    BASE,
+    BEST_ROW,
+    DEIT_PLAN,
+    DEIT_ROWS,
+    H100_SECONDS_PER_EPOCH,
+    PLAN,
+    RECORDED_ROWS,
+    ROWS,
+    plan_cost,
+    readout,
+    recording_order,
+)
+from vitbook.session import Concurrency, StateFolder, StateMismatchError, budgets_left, code_version
+from vitbook.train import evaluate, fit, resolve_precision
+from vitbook.train_step import DivergenceError
 
+STARTED = time.monotonic()  # a session's budget counts from here (after the imports)
 # The photo ViT: 32 px, 4 x 4 patches (64 tokens and the class token), D = 256, 6 blocks.
 VIT = ViTConfig(img_size=32, patch_size=4, num_classes=10, embed_dim=256, depth=6, num_heads=8,
                 mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
 TINY = ViTConfig(img_size=32, patch_size=8, num_classes=10, embed_dim=32, depth=2, num_heads=2,
                  mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
-# The rows of "Can a ViT beat the CNN that taught it?": one change each from vit-200.
-DEIT_ROWS: dict[str, dict[str, object]] = {
-    "vit-200-deit-hard": {**ROWS["vit-200"], "distilled": True, "teacher": "resnet18-200",
-                          "distillation": "hard"},
-    "vit-200-conv-stem": {**ROWS["vit-200"], "stem": "conv", "blocks_removed": 1},
-}  # fmt: skip
-ALL_ROWS = {**ROWS, **RECORDED_ROWS, **DEIT_ROWS}
+ALL_ROWS = {**ROWS, **RECORDED_ROWS, **DEIT_ROWS}  # DEIT_ROWS: vitbook.ladder's, one change each
+NEXT = {**ROWS, **DEIT_ROWS}  # the rows a state folder records
 INSIDE_PHOTOS = 8  # test photos whose rollout maps the chapter shows
 DISTANCE_PHOTOS = 512  # test photos over which mean attention distance is averaged
 TIMING_NOTE = ("wall_clock_minutes: each run's wall-clock time, which includes validation and "
                "is longer than a run alone when runs share the GPU")  # fmt: skip
+SESSION_NOTE = ("wall_clock_minutes: the sum of the run's epochs over the sessions that trained "
+                "it (validation, and compiling at each session's first epoch, included), longer "
+                "than a run alone when runs share the GPU")  # fmt: skip
+DIST_TIMEOUT_S = 300  # a torchrun worker waits this long for the others, then stops with a message
+EXIT_MARGIN_S = 10.0  # a session's runs stop this much before its budget (at most 5% of it)
+# fit(compile=True)'s epoch of the photo ViT on an H100, as measured (crop and flip, batch 256)
+H100_COMPILED = H100_SECONDS_PER_EPOCH["fit(compile=True), crop and flip"]
+
+
 def augmentation(row: dict[str, object]):
     """The row's augmentation, drawn per photo on the training device."""
     steps = [augment.random_crop_flip(padding=4)]
@@ -134,6 +173,10 @@ def world(timeout_s: int) -> tuple[int, int, int]:
     if "RANK" not in os.environ:
         return 0, 0, 1
     backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if os.environ["RANK"] == "0":
+        print(f"torchrun: each of {os.environ.get('WORLD_SIZE')} workers waits at most "
+              f"{timeout_s} s for the others, to start and at every step's gradient average "
+              "(--dist-timeout)", flush=True)  # fmt: skip
     torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     local = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
@@ -163,19 +206,66 @@ def teacher_path(args, name: str, seed: int) -> Path:
 
 
 def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -> nn.Module:
-    """A teacher row's saved weights (written by --save-dir), behind the photos' normalisation."""
-    from safetensors.torch import load_file
+    """A teacher row's saved weights (written by --save-dir), behind the photos' normalisation.
 
-    teacher = build(ALL_ROWS[ALL_ROWS[name]["teacher"]], n_cls, args.tiny)
-    teacher[1].load_state_dict(load_file(str(teacher_path(args, name, seed))))
+    Raises:
+        ValueError: the file is damaged, or holds another model or another run, naming the
+            file and what to do (never safetensors' own error or a list of hundreds of keys).
+    """
+    from vitbook import _weights
+
+    row = ALL_ROWS[name]["teacher"]
+    path = teacher_path(args, name, seed)
+    fix = (f"it should hold {row} seed {seed}'s trained weights as --save-dir writes them. Train "
+           f"the teacher again (--rows {row} --seeds {seed} --save-dir DIR) and point "
+           "--teacher-dir at DIR, or replace the file with a good copy")  # fmt: skip
+    teacher = build(ALL_ROWS[row], n_cls, args.tiny)
+    try:
+        metadata, _ = _weights.read_header(path)
+        tensors = _weights.load_tensors(path)
+    except ValueError as error:
+        raise ValueError(f"teacher file for {name} seed {seed}: {error} ({fix}).") from error
+    said = (metadata.get("row"), metadata.get("seed"))
+    if said != (None, None) and said != (row, str(seed)):
+        raise ValueError(f"teacher file {path} holds {said[0]} seed {said[1]}, not {row} seed "
+                         f"{seed}; {fix}.")  # fmt: skip
+    expected = teacher[1].state_dict()
+    missing = [k for k in expected if k not in tensors]
+    extra = [k for k in tensors if k not in expected]
+    shapes = [f"{k} {tuple(tensors[k].shape)} (needs {tuple(v.shape)})"
+              for k, v in expected.items() if k in tensors and tensors[k].shape != v.shape]
+    if missing or extra or shapes:
+        def few(keys: list[str]) -> str:
+            return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+        found = "; ".join(part for part in (
+            f"{len(missing)} of {len(expected)} tensors missing ({few(missing)})" * bool(missing),
+            f"{len(extra)} tensors too many ({few(extra)})" * bool(extra),
+            f"other shapes: {few(shapes)}" * bool(shapes)) if part)  # fmt: skip
+        raise ValueError(f"teacher file {path} does not hold a {row} "
+                         f"({'tiny ' * args.tiny}model of {n_cls} classes): {found}; "
+                         f"{fix}.")  # fmt: skip
+    teacher[1].load_state_dict(tensors)
     return teacher.to(device)
 
 
-def run(name: str, seed: int, splits: ImageSplits, args, device: torch.device, rank: int) -> tuple:
+def run(
+    name: str,
+    seed: int,
+    splits: ImageSplits,
+    args,
+    device: torch.device,
+    rank: int,
+    *,
+    resume: dict | None = None,
+    after_epoch=None,
+) -> tuple:
     """Train one row with one seed; return (the run's record, the trained model).
 
     A distilled row takes its teacher from ``args.teachers`` (the models trained earlier in this
-    command, by row and seed), or else from ``--teacher-dir``.
+    command, by row and seed), or else from ``--teacher-dir``. With ``resume`` and
+    ``after_epoch`` (a state folder), the run continues a saved state and may stop early: the
+    record is then ``None``.
     """
     row = ALL_ROWS[name]
     torch.manual_seed(seed)
@@ -203,8 +293,11 @@ def run(name: str, seed: int, splits: ImageSplits, args, device: torch.device, r
     start = time.perf_counter()
     history = fit(model, splits.train, epochs=epochs_of(name, args), seed=seed,
                   augment=augmentation(row), mix=mix, eval_data=splits.val,
-                  progress=rank == 0, **settings, **newer, **criterion)  # fmt: skip
+                  progress=rank == 0, compile=compiles(args, device), resume=resume,
+                  after_epoch=after_epoch, **settings, **newer, **criterion)  # fmt: skip
     seconds = time.perf_counter() - start
+    if history.epochs < epochs_of(name, args):
+        return None, model
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     result = {
         "row": name,
@@ -217,13 +310,20 @@ def run(name: str, seed: int, splits: ImageSplits, args, device: torch.device, r
         "final_val_accuracy": history.eval_accuracy[-1],
         # The test set, read once, for the number the chapter reports.
         "test_accuracy": evaluate(model, splits.test, precision="auto"),
-        "wall_clock_minutes": seconds / 60,
+        "wall_clock_minutes": (seconds if resume is None else history.total_seconds) / 60,
         "peak_gpu_memory_mb": peak,
         "recipe": recipe(name, args.batch_size),
     }
     if name == args.inside and seed == 0 and row["model"] == "vit":
         result["inside"] = inside(model, splits, device)
     return result, model
+
+
+def compiles(args, device: torch.device) -> bool:
+    """Compile the step: by default on a GPU in one process (not under torchrun)."""
+    if args.compile is not None:
+        return args.compile
+    return device.type == "cuda" and "RANK" not in os.environ
 
 
 def provenance(args, splits: ImageSplits, processes: int, device: torch.device) -> dict:
@@ -310,6 +410,17 @@ def positive(text: str) -> int:
     return value
 
 
+def minutes(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of minutes; e.g. 10")
+    return value
+
+
+def processes_arg(text: str) -> int | str:
+    return "auto" if text == "auto" else positive(text)
+
+
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
@@ -317,7 +428,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     source.add_argument("--standin", action="store_true", help="the offline stand-in (smoke runs)")
     parser.add_argument("--download", action="store_true", help="let torchvision download")
     parser.add_argument("--data-note", default="", help="recorded with the data, e.g. its origin")
-    parser.add_argument("--rows", nargs="+", choices=list(ALL_ROWS), default=list(ROWS))
+    parser.add_argument("--rows", nargs="+", choices=list(ALL_ROWS),
+                        help="the rows to train (default: the next ladder; with --state or "
+                             "--plan-only, the whole next recording)")  # fmt: skip
     parser.add_argument("--seeds", nargs="+", type=int,
                         help="every row's seeds (default: the ladder's plan; 0 1 2 for the "
                              "recorded rows)")  # fmt: skip
@@ -330,21 +443,49 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     parser.add_argument("--write-assets", action="store_true",
                         help="allow --out (or --save-dir) in vitbook/assets, the shipped files")
     parser.add_argument("--save-dir", type=Path, help="write each run's weights and the read-out")
-    parser.add_argument("--teacher-dir", type=Path, default=Path("runs/weights"),
+    parser.add_argument("--teacher-dir", type=Path,
                         help="where a distilled row finds its teacher's weights when the teacher "
                              "row is not in --rows (default runs/weights)")  # fmt: skip
     parser.add_argument("--merge", nargs="+", type=Path, help="join result files into --out")
     parser.add_argument("--allow-mixed", action="store_true",
                         help="join (--merge) or append to --out other data, devices, epochs or "
                              "recipes")  # fmt: skip
-    parser.add_argument("--dist-timeout", type=positive, default=1800,
-                        help="seconds a torchrun worker waits for the others (default 1800)")
+    parser.add_argument("--dist-timeout", type=positive, default=DIST_TIMEOUT_S,
+                        help="seconds a torchrun worker waits for the others to start and at "
+                             "each step's gradient average before it stops with a message "
+                             f"(default {DIST_TIMEOUT_S})")  # fmt: skip
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                        help="compile the training step (default: on a GPU, not under torchrun)")
+    record = parser.add_argument_group("sessions of any length")
+    record.add_argument("--state", type=Path,
+                        help="record the plan into this state folder, continuing its unfinished "
+                             "runs (results in STATE/results.json)")  # fmt: skip
+    record.add_argument("--minutes", type=minutes,
+                        help="this session's budget: save and stop before it ends")
+    record.add_argument("--processes", type=processes_arg, default="auto",
+                        help="runs side by side on the GPU: a number, or auto (measured on a "
+                             "GPU; 1 on a CPU)")  # fmt: skip
+    record.add_argument("--save-every", type=minutes, default=1.0,
+                        help="minutes between two saves of a run's state (default 1)")
+    record.add_argument("--plan-only", action="store_true",
+                        help="print the plan and its cost from the measured compiled epoch, "
+                             "train nothing")  # fmt: skip
+    for hidden in ("--worker", "--deadline", "--session"):  # a session's own processes
+        record.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds {' '.join(map(str, args.seeds))} names a seed twice; one run "
                      "per seed (two would count as two seeds).")  # fmt: skip
     if args.merge:
         return args, parser
+    if args.minutes is not None and args.state is None and not args.plan_only:
+        parser.error(f"--minutes {args.minutes:g} needs --state DIR: a budget stops the runs, "
+                     "and only a state folder keeps what they did for the next session.")
+    if args.state is not None or args.plan_only:
+        return state_plan(args, parser), parser
+    args.rows = args.rows or list(ROWS)
+    args.teacher_dir = args.teacher_dir or Path("runs/weights")
     if len(set(args.rows)) != len(args.rows):
         parser.error(f"--rows {' '.join(args.rows)} names a row twice; name each once.")
     # A teacher's row runs before the rows distilled from it.
@@ -352,20 +493,55 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     rows = sorted(args.rows, key=lambda name: name not in teachers)
     args.plan = [(name, tuple(args.seeds) if args.seeds is not None
                   else PLAN.get(name, (0, 1, 2))) for name in rows]  # fmt: skip
+    check_teachers(args, parser, lambda name, seed: teacher_path(args, name, seed).is_file())
+    return args, parser
+
+
+def check_teachers(args, parser: argparse.ArgumentParser, saved) -> None:
+    """Every distilled run has its teacher: trained earlier in the plan, or saved."""
+    planned = {(name, seed) for name, seeds in args.plan for seed in seeds}
     for name, seeds in args.plan:
         teacher = ALL_ROWS[name].get("teacher")
         if teacher is None:
             continue
-        taught = dict(args.plan).get(teacher, ())
-        absent = [seed for seed in seeds if seed not in taught
-                  and not teacher_path(args, name, seed).is_file()]  # fmt: skip
+        absent = [seed for seed in seeds if (teacher, seed) not in planned
+                  and not saved(name, seed)]  # fmt: skip
         if absent:
             missing = teacher_path(args, name, absent[0])
+            where = "in the state folder" if args.state else "in --teacher-dir"
             parser.error(f"{name} learns from {teacher}, which is neither in --rows for seeds "
-                         f"{absent} nor saved in --teacher-dir ({missing}); add {teacher} to "
+                         f"{absent} nor saved {where} ({missing}); add {teacher} to "
                          "--rows (with --save-dir to keep it), or point --teacher-dir at its "
                          "weights.")  # fmt: skip
-    return args, parser
+
+
+def state_plan(args, parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The runs of a state folder (or of --plan-only), in recording order, checked."""
+    if "RANK" in os.environ:
+        parser.error("--state records side by side on one GPU, not under torchrun; run it "
+                     "with python, or use torchrun without --state.")  # fmt: skip
+    for flag, value in (("--out", args.out), ("--save-dir", args.save_dir),
+                        ("--teacher-dir", args.teacher_dir)):  # fmt: skip
+        if value is not None and args.state is not None:
+            parser.error(f"{flag} with --state: the state folder keeps the results "
+                         "(results.json), the weights and the teachers (weights/); leave "
+                         f"{flag} out, and merge STATE/results.json where it should go.")
+    rows = args.rows or list(NEXT)
+    old = [name for name in rows if name not in NEXT]
+    if old:
+        parser.error(f"{old} belong to the recorded ladder, not to the next recording; a state "
+                     f"folder records {list(NEXT)}.")  # fmt: skip
+    if len(set(rows)) != len(rows):
+        parser.error(f"--rows {' '.join(rows)} names a row twice; name each once.")
+    seeds = {name: tuple(args.seeds) if args.seeds is not None
+             else {**PLAN, **DEIT_PLAN}[name] for name in rows}  # fmt: skip
+    args.rows, args.order = rows, recording_order(seeds)
+    args.plan = [(name, seeds[name]) for name in dict.fromkeys(r for r, _ in args.order)]
+    if args.state is not None:
+        args.folder = StateFolder(args.state)
+        args.teacher_dir = args.folder.weights
+        check_teachers(args, parser, lambda name, seed: teacher_path(args, name, seed).is_file())
+    return args
 
 
 def check_outputs(args, parser: argparse.ArgumentParser) -> dict | None:
@@ -387,11 +563,352 @@ def check_outputs(args, parser: argparse.ArgumentParser) -> dict | None:
     return existing
 
 
+# --- sessions of any length: a state folder, a budget, runs side by side ------------------------
+
+
+def print_plan(args) -> None:
+    """The plan in recording order, priced from fit(compile=True)'s measured H100 epoch."""
+    seconds = H100_COMPILED
+    cost = plan_cost(seconds, args.order)
+    print(f"The plan: {len(cost)} runs in recording order; minutes at {seconds} s an epoch, "
+          "fit(compile=True) on an H100 (crop and flip, no validation; measured at 38c1719):")
+    for row, seed, epochs, minutes in cost:
+        epochs = args.epochs or epochs
+        shown = "not measured" if minutes is None else f"{epochs * seconds / 60:.1f} min"
+        print(f"  {row} seed {seed}: {epochs} epochs, {shown}")
+    timed = [(args.epochs or e) * seconds / 60 for *_, e, m in cost if m is not None]
+    untimed = sorted({row for row, _, _, m in cost if m is None})
+    print(f"Timed runs: {len(timed)}, at least {sum(timed):.1f} H100-minutes (their RandAugment, "
+          "mixing, erasing and validation add to the measured epoch); never timed on a GPU: "
+          f"{len(cost) - len(timed)} runs of {', '.join(untimed) or 'no row'}.")  # fmt: skip
+    budget = args.minutes or 10.0
+    print(f"In budgets of {budget:g} minutes: at least {-(-sum(timed) // budget):.0f} for the "
+          "timed runs alone, before each session's start and compiling (51 s cold, on the H100 "
+          "above) and the untimed runs.")  # fmt: skip
+
+
+def folder_identity(args, splits: ImageSplits, device: torch.device) -> dict:
+    """What every run of a state folder shares (vitbook.session.StateFolder.claim)."""
+    return {
+        "data_sha256": splits.sha256,
+        "data_photos": [len(splits.train[1]), len(splits.val[1]), len(splits.test[1])],
+        "code_version": code_version(__file__),
+        "torch": str(torch.__version__),
+        "precision": resolve_precision("auto", device),
+        "compile": compiles(args, device),
+        "model": "tiny" if args.tiny else "photo ViT",
+        "epochs_override": args.epochs,
+        "batch_size_override": args.batch_size,
+    }
+
+
+def teachers_of(args) -> set[tuple[str, int]]:
+    """Runs whose weights a distilled run of the plan needs."""
+    return {(ALL_ROWS[name]["teacher"], seed) for name, seed in args.order
+            if "teacher" in ALL_ROWS[name]}  # fmt: skip
+
+
+def record_run(row: str, seed: int, splits: ImageSplits, args, identity: dict,
+               device: torch.device, session: int, deadline: float | None,
+               stop: training_state.StopRequest) -> str:  # fmt: skip
+    """Train one run of a state folder from where it stopped, until it ends or must stop.
+
+    Returns what happened: ``"finished"`` (its record is in ``runs/ROW-seedS.done.json``),
+    ``"stopped: why"`` (its state is saved) or ``"out of time"`` (the epoch in progress lost).
+    """
+    folder: StateFolder = args.folder
+    state_path = folder.path(row, seed, ".pt")
+    run_identity = {**identity, "row": row, "seed": seed, "epochs": epochs_of(row, args),
+                    "recipe": recipe(row, args.batch_size)}  # fmt: skip
+    resume = None
+    if state_path.exists():
+        resume = training_state.load_state(state_path)
+        saved = resume.get("identity", {})
+        differ = [f"{k}: {saved.get(k)!r} there, {run_identity.get(k)!r} here"
+                  for k in sorted(set(saved) | set(run_identity))
+                  if saved.get(k) != run_identity.get(k)]  # fmt: skip
+        if differ:
+            raise StateMismatchError(
+                f"{state_path} holds another run ({'; '.join(differ)}). Nothing trained. Run "
+                f"with what it was started with, or delete {state_path} to train {row} seed "
+                f"{seed} again from its start.")  # fmt: skip
+    progress = folder.progress(row, seed) or {"row": row, "seed": seed, "timing": []}
+    earlier = [t for timing in progress["timing"] for t in timing["seconds"][1:]]
+    timing = {"session": session, "side_by_side": args.side_by_side, "seconds": []}
+    progress["timing"].append(timing)
+
+    def on_epoch(checkpointer: training_state.Checkpointer) -> None:
+        timing["seconds"].append(round(checkpointer.epoch_seconds[-1], 4))
+        progress["epochs"] = checkpointer.epochs_done
+        records.write_json(folder.path(row, seed, ".json"), progress)
+
+    checkpointer = training_state.Checkpointer(
+        state_path, extra={"identity": run_identity}, deadline=deadline,
+        save_every_s=60 * args.save_every, stop=stop, epochs=epochs_of(row, args),
+        on_epoch=on_epoch, typical=max(earlier[-3:], default=None))  # fmt: skip
+    try:
+        with training_state.hard_deadline(deadline):
+            result, model = run(row, seed, splits, args, device, 0, resume=resume,
+                                after_epoch=checkpointer)  # fmt: skip
+            if result is None:
+                return f"stopped: {checkpointer.stopped}"
+            result.update(process=session, sessions=sorted(
+                {t["session"] for t in progress["timing"]}))  # fmt: skip
+            if seed == 0 or (row, seed) in teachers_of(args):
+                save_weights(model, folder.weights_path(row, seed), result)
+                if "inside" in result:
+                    records.write_json(folder.weights / f"{row}-seed{seed}-readout.json",
+                                       result["inside"])  # fmt: skip
+            records.write_json(folder.path(row, seed, ".done.json"), result)
+    except training_state.OutOfTime:
+        return "out of time"
+    except DivergenceError as error:
+        records.write_json(folder.path(row, seed, ".failed.json"),
+                           {"row": row, "seed": seed, "error": str(error)})  # fmt: skip
+        return f"failed: {error}"
+    return "finished"
+
+
+def ready(args, key: tuple[str, int], done: set) -> bool:
+    """A run can start: a distilled run once its teacher's weights are in the folder."""
+    teacher = ALL_ROWS[key[0]].get("teacher")
+    return teacher is None or args.folder.weights_path(teacher, key[1]).is_file()
+
+
+def work(args, parser: argparse.ArgumentParser) -> int:
+    """One run of a session, in a process of its own (the session started it)."""
+    row, seed = args.worker.rsplit(":", 1)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    splits = load_splits(args)
+    identity = folder_identity(args, splits, device)
+    try:
+        args.folder.claim(identity)
+    except StateMismatchError as error:
+        parser.exit(2, f"{parser.prog}: {error}\n")
+    with training_state.StopRequest() as stop:
+        what = record_run(row, int(seed), splits, args, identity, device, int(args.session),
+                          float(args.deadline) if args.deadline else None, stop)  # fmt: skip
+    print(f"{row} seed {seed}: {what}", flush=True)
+    return 0
+
+
+def epoch_times(args, session: int) -> dict[str, float]:
+    """Row -> the median epoch of this session's runs, their first epoch (set-up, compiling)
+    left out where there are others."""
+    found: dict[str, list[float]] = {}
+    firsts: dict[str, list[float]] = {}
+    for row, seed in args.order:
+        progress = args.folder.progress(row, seed) or {"timing": []}
+        for timing in progress["timing"]:
+            if timing["session"] == session:
+                found.setdefault(row, []).extend(timing["seconds"][1:])
+                firsts.setdefault(row, []).extend(timing["seconds"][:1])
+    return {row: statistics.median(found.get(row) or firsts[row]) for row in firsts}
+
+
+class Worker:
+    """A run trained by a process of its own, side by side with others."""
+
+    def __init__(self, args, key: tuple[str, int], session: int, deadline: float | None) -> None:
+        self.key, self.started = key, time.monotonic()
+        command = [sys.executable, str(Path(__file__).resolve()), *args.argv, "--worker",
+                   f"{key[0]}:{key[1]}", "--session", str(session)]  # fmt: skip
+        if deadline is not None:
+            command += ["--deadline", repr(deadline)]
+        self.log = args.folder.runs / f"{key[0]}-seed{key[1]}.log"
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+    def epochs(self, args, session: int) -> list[float]:
+        progress = args.folder.progress(*self.key) or {"timing": []}
+        return [s for t in progress["timing"] if t["session"] == session for s in t["seconds"]]
+
+
+def side_by_side(args, todo: list, session: int, deadline: float | None,
+                 stop: training_state.StopRequest, chooser: Concurrency) -> list[str]:  # fmt: skip
+    """Run the plan's unfinished runs in processes of their own, as many at once as measured.
+
+    The first run started is the reference of the measurement (see ``Concurrency``); when it
+    ends before it was measured with one more run beside it, the count stays where it is.
+    """
+    running: list[Worker] = []
+    notes: list[str] = []
+    reference: Worker | None = None
+    measuring: dict[int, int] = {}  # runs at once -> the reference's epochs when measuring began
+    while True:
+        for worker in [w for w in running if w.process.poll() is not None]:
+            running.remove(worker)
+            log = worker.log.read_text()
+            lines = log.strip().splitlines()
+            notes.append(lines[-1] if lines else f"{worker.key}: no output")
+            if worker.process.returncode != 0:
+                notes.append(f"{worker.key[0]} seed {worker.key[1]} stopped with an error "
+                             f"(exit {worker.process.returncode}); see {worker.log}")  # fmt: skip
+                if "out of memory" in log:  # too many at once: one fewer, the run goes back
+                    chooser.target, chooser.settled = max(1, len(running)), True
+                    todo.insert(0, worker.key)
+            if worker is reference:
+                chooser.settled = True
+            args.folder.join_finished()
+        left = None if deadline is None else deadline - time.monotonic()
+        startable = [key for key in todo if ready(args, key, set())]
+        if stop.requested or (left is not None and left <= 0):
+            startable = []
+        while len(running) < chooser.target and startable:
+            key = startable.pop(0)
+            todo.remove(key)
+            running.append(Worker(args, key, session, deadline))
+            reference = reference or running[0]
+        if running and not chooser.settled:
+            measure(args, running, session, chooser, measuring)
+            while len(running) > chooser.target:  # measured: fewer at once do more
+                newest = running.pop()
+                newest.process.send_signal(signal.SIGTERM)  # it saves at its epoch's end
+                newest.process.wait()
+                todo.insert(0, newest.key)
+        if not running:
+            return notes
+        if stop.requested:
+            for worker in running:
+                worker.process.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+
+
+def measure(args, running: list[Worker], session: int, chooser: Concurrency,
+            measuring: dict[int, int]) -> None:  # fmt: skip
+    """Feed the chooser the reference run's epoch time with len(running) runs training."""
+    count = len(running)
+    if count != chooser.target:
+        return
+    reference = running[0].epochs(args, session)
+    others_train = all(len(w.epochs(args, session)) >= 1 for w in running[1:])
+    if count not in measuring:
+        if others_train and len(reference) >= 1:  # past compiling, every run in its epochs
+            measuring[count] = len(reference)
+        return
+    since = reference[measuring[count]:]
+    if len(since) >= 2:
+        chooser.observe(count, statistics.median(since))
+
+
+def record(args, parser: argparse.ArgumentParser) -> int:
+    """One session of a state folder: the runs left, within --minutes, then a report."""
+    start = args.started
+    budget_s = 60 * args.minutes if args.minutes else None
+    deadline = None if budget_s is None else start + budget_s - min(EXIT_MARGIN_S, budget_s / 20)
+    folder: StateFolder = args.folder
+    for name, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        os.environ.setdefault(name, str(folder.cache / sub))  # no recompiling next session
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    splits = load_splits(args)
+    identity = folder_identity(args, splits, device)
+    try:
+        new = folder.claim(identity)
+    except (StateMismatchError, OSError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: {error}\n")
+    folder.join_finished()  # runs an earlier session finished but did not record
+    recorded, failed = folder.recorded(), folder.failed()
+    todo = [key for key in args.order if key not in recorded and key not in failed]
+    gpu = torch.cuda.is_available()
+    if args.processes == "auto":
+        chooser = Concurrency(most=8 if gpu else 1)
+    else:
+        chooser = Concurrency(most=args.processes)
+        chooser.target, chooser.settled = args.processes, True
+    args.side_by_side = chooser.target
+    entry = {**provenance(args, splits, 1, device), "budget_minutes": args.minutes,
+             "timing": SESSION_NOTE}  # fmt: skip
+    session = folder.begin_session(entry)
+    print(f"Session {session} of {folder.root} ({'new' if new else 'continued'}): "
+          f"{len(recorded)} of {len(args.order)} runs recorded, {len(todo)} to go"
+          + (f", {len(failed)} failed earlier" if failed else "")
+          + (f"; {args.minutes:g} minutes" if args.minutes else ""), flush=True)  # fmt: skip
+    notes = []
+    try:
+        with training_state.StopRequest() as stop:
+            one_session(args, todo, splits, identity, device, session, deadline, stop, chooser,
+                        notes)  # fmt: skip
+    except (StateMismatchError, training_state.TrainingStateError) as error:
+        folder.end_session(session, minutes=round((time.monotonic() - start) / 60, 3),
+                           ended=now_iso(), error=str(error))  # fmt: skip
+        parser.exit(2, f"{parser.prog}: {error}\n")
+    finished = folder.join_finished()
+    used = (time.monotonic() - start) / 60
+    folder.end_session(session, minutes=round(used, 3), side_by_side=chooser.target,
+                       concurrency=chooser.describe(), ended=now_iso())  # fmt: skip
+    report(args, session, used, chooser, notes, finished)
+    return 0
+
+
+def one_session(args, todo, splits, identity, device, session, deadline, stop, chooser,
+                notes) -> None:  # fmt: skip
+    """The session's runs: one at a time in this process, or side by side in their own."""
+    if not (chooser.settled and chooser.target == 1):
+        notes += side_by_side(args, todo, session, deadline, stop, chooser)
+        return
+    for key in list(todo):  # one at a time, in this process
+        left = None if deadline is None else deadline - time.monotonic()
+        if stop.requested or (left is not None and left <= 0):
+            return
+        if not ready(args, key, set()):
+            continue
+        what = record_run(*key, splits, args, identity, device, session, deadline, stop)
+        notes.append(f"{key[0]} seed {key[1]}: {what}")
+        args.folder.join_finished()
+        if not what.startswith(("finished", "failed")):
+            return
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def report(args, session: int, used: float, chooser: Concurrency, notes: list[str],
+           finished: list[dict]) -> None:  # fmt: skip
+    """What the session did, what is left, and how many more budgets it needs."""
+    folder: StateFolder = args.folder
+    recorded = folder.recorded()
+    print(f"Session {session}: {used:.2f} minutes"
+          + (f" of {args.minutes:g}" if args.minutes else "")
+          + f"; runs side by side: {chooser.describe()}.")  # fmt: skip
+    for note in notes:
+        print(f"  {note}")
+    done = [key for key in args.order if key in recorded]
+    left = [(row, seed, epochs_of(row, args) - ((folder.progress(row, seed) or {}).get(
+        "epochs", 0))) for row, seed in args.order if (row, seed) not in recorded]  # fmt: skip
+    print(f"Done: {len(done)} of {len(args.order)} runs"
+          + (f" ({len(finished)} finished in this session)" if finished else "") + ".")
+    if not left:
+        print(f"All recorded: {folder.results_path}.")
+        return
+    print("Remaining: " + ", ".join(f"{row} seed {seed} ({epochs} epochs left)"
+                                    for row, seed, epochs in left) + ".")  # fmt: skip
+    if args.minutes:
+        times = epoch_times(args, session)
+        first = [t["seconds"][0] for row, seed in args.order
+                 for t in (folder.progress(row, seed) or {"timing": []})["timing"]
+                 if t["session"] == session and t["seconds"]]  # fmt: skip
+        overhead = max(first, default=0.0)
+        budgets, words = budgets_left(left, times, processes=chooser.target,
+                                      budget_s=60 * args.minutes, overhead_s=overhead)  # fmt: skip
+        count = "an unknown number of" if budgets is None else str(budgets)
+        print(f"The rest needs {count} more budgets of {args.minutes:g} minutes at this "
+              f"session's rate ({words}).")  # fmt: skip
+    print("Go on with the same command and the same --state folder.")
+
+
 def main(argv: list[str] | None = None) -> int:
+    started = STARTED if argv is None else time.monotonic()
     args, parser = parse(argv)
+    args.started = started
     if args.merge:
         merge(args, parser)
         return 0
+    if args.plan_only:
+        print_plan(args)
+        return 0
+    if args.state is not None:
+        return work(args, parser) if args.worker else record(args, parser)
     existing = check_outputs(args, parser)
     try:
         rank, local, processes = world(args.dist_timeout)

@@ -39,10 +39,20 @@ from torch import nn
 
 from vitbook import _checks
 
-__all__ = ["TrainStep", "autocast"]
+__all__ = ["DivergenceError", "TrainStep", "autocast"]
 
 Criterion = Callable[[object, torch.Tensor, torch.Tensor], torch.Tensor]
 FP16_SKIPS_IN_A_ROW = 10  # fp16 steps in a row with a non-finite loss before fit gives up
+
+
+class DivergenceError(ValueError):
+    """Training stopped at a step whose loss, gradients or updated weights were not finite.
+
+    A ``ValueError`` (what ``fit`` always raised for it); the model keeps the state it had after
+    the step before, and the message names the step.
+
+    See chapter: Real photos on a GPU.
+    """
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:
@@ -333,7 +343,7 @@ class TrainStep:
             With ``sums``, ``(summed loss, correct, counted)`` of the epoch's kept steps.
 
         Raises:
-            ValueError: a step's loss, gradients or updated state were not finite (fp16: its
+            DivergenceError: a step's loss, gradients or updated state were not finite (fp16: its
                 gradients overflowed 10 steps in a row). The model keeps the state it had
                 after the step before that one; the message names the step.
         """
@@ -347,7 +357,8 @@ class TrainStep:
             with torch.no_grad():
                 torch._foreach_copy_(self.state, self.backup)
         if values[1]:
-            raise ValueError(self._diagnosis(dict(zip(FAILURE, values[2:], strict=False))))
+            failure = dict(zip(FAILURE, values[2:], strict=False))
+            raise DivergenceError(self._diagnosis(failure))
         if sums:
             return values[-3], int(values[-2]), int(values[-1])
         return None
