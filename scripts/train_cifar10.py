@@ -418,7 +418,10 @@ def minutes(text: str) -> float:
 
 
 def processes_arg(text: str) -> int | str:
-    return "auto" if text == "auto" else positive(text)
+    """A count, ``auto`` (measured on a GPU, one on a CPU) or ``auto:N`` (measured, at most N)."""
+    if text == "auto" or (text.startswith("auto:") and positive(text[5:])):
+        return text
+    return positive(text)
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
@@ -463,14 +466,14 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     record.add_argument("--minutes", type=minutes,
                         help="this session's budget: save and stop before it ends")
     record.add_argument("--processes", type=processes_arg, default="auto",
-                        help="runs side by side on the GPU: a number, or auto (measured on a "
-                             "GPU; 1 on a CPU)")  # fmt: skip
+                        help="runs side by side on the GPU: a number, auto (measured on a GPU, "
+                             "up to 8; 1 on a CPU) or auto:N (measured, up to N)")  # fmt: skip
     record.add_argument("--save-every", type=minutes, default=1.0,
                         help="minutes between two saves of a run's state (default 1)")
     record.add_argument("--plan-only", action="store_true",
                         help="print the plan and its cost from the measured compiled epoch, "
                              "train nothing")  # fmt: skip
-    for hidden in ("--worker", "--deadline", "--session"):  # a session's own processes
+    for hidden in ("--worker", "--deadline", "--session", "--beside"):  # a session's processes
         record.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -678,6 +681,7 @@ def ready(args, key: tuple[str, int], done: set) -> bool:
 def work(args, parser: argparse.ArgumentParser) -> int:
     """One run of a session, in a process of its own (the session started it)."""
     row, seed = args.worker.rsplit(":", 1)
+    args.side_by_side = int(args.beside)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     splits = load_splits(args)
     identity = folder_identity(args, splits, device)
@@ -709,10 +713,11 @@ def epoch_times(args, session: int) -> dict[str, float]:
 class Worker:
     """A run trained by a process of its own, side by side with others."""
 
-    def __init__(self, args, key: tuple[str, int], session: int, deadline: float | None) -> None:
+    def __init__(self, args, key: tuple[str, int], session: int, deadline: float | None,
+                 beside: int) -> None:  # fmt: skip
         self.key, self.started = key, time.monotonic()
         command = [sys.executable, str(Path(__file__).resolve()), *args.argv, "--worker",
-                   f"{key[0]}:{key[1]}", "--session", str(session)]  # fmt: skip
+                   f"{key[0]}:{key[1]}", "--session", str(session), "--beside", str(beside)]
         if deadline is not None:
             command += ["--deadline", repr(deadline)]
         self.log = args.folder.runs / f"{key[0]}-seed{key[1]}.log"
@@ -757,7 +762,7 @@ def side_by_side(args, todo: list, session: int, deadline: float | None,
         while len(running) < chooser.target and startable:
             key = startable.pop(0)
             todo.remove(key)
-            running.append(Worker(args, key, session, deadline))
+            running.append(Worker(args, key, session, deadline, chooser.target))
             reference = reference or running[0]
         if running and not chooser.settled:
             measure(args, running, session, chooser, measuring)
@@ -810,8 +815,9 @@ def record(args, parser: argparse.ArgumentParser) -> int:
     recorded, failed = folder.recorded(), folder.failed()
     todo = [key for key in args.order if key not in recorded and key not in failed]
     gpu = torch.cuda.is_available()
-    if args.processes == "auto":
-        chooser = Concurrency(most=8 if gpu else 1)
+    if str(args.processes).startswith("auto"):
+        most = int(args.processes[5:]) if args.processes != "auto" else 8 if gpu else 1
+        chooser = Concurrency(most=most)
     else:
         chooser = Concurrency(most=args.processes)
         chooser.target, chooser.settled = args.processes, True
@@ -835,9 +841,18 @@ def record(args, parser: argparse.ArgumentParser) -> int:
     finished = folder.join_finished()
     used = (time.monotonic() - start) / 60
     folder.end_session(session, minutes=round(used, 3), side_by_side=chooser.target,
-                       concurrency=chooser.describe(), ended=now_iso())  # fmt: skip
+                       concurrency=concurrency(args, chooser), ended=now_iso())  # fmt: skip
     report(args, session, used, chooser, notes, finished)
     return 0
+
+
+def concurrency(args, chooser: Concurrency) -> str:
+    """How many runs shared the device, and how that was chosen."""
+    if not str(args.processes).startswith("auto"):
+        return f"{chooser.target} at a time, as --processes asked"
+    if args.processes == "auto" and not torch.cuda.is_available():
+        return "1 at a time (on a CPU, runs side by side would share its cores)"
+    return chooser.describe()
 
 
 def one_session(args, todo, splits, identity, device, session, deadline, stop, chooser,
@@ -870,7 +885,7 @@ def report(args, session: int, used: float, chooser: Concurrency, notes: list[st
     recorded = folder.recorded()
     print(f"Session {session}: {used:.2f} minutes"
           + (f" of {args.minutes:g}" if args.minutes else "")
-          + f"; runs side by side: {chooser.describe()}.")  # fmt: skip
+          + f"; runs side by side: {concurrency(args, chooser)}.")  # fmt: skip
     for note in notes:
         print(f"  {note}")
     done = [key for key in args.order if key in recorded]
