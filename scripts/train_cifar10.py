@@ -224,7 +224,10 @@ def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -
         metadata, _ = _weights.read_header(path)
         tensors = _weights.load_tensors(path)
     except ValueError as error:
-        raise ValueError(f"teacher file for {name} seed {seed}: {error} ({fix}).") from error
+        reason = error.__cause__  # safetensors' own words; none for NaN weights
+        why = (f"cannot be read ({reason}): it is damaged, cut short or not safetensors"
+               if reason is not None else str(error).split(";")[0].replace(f"{path} ", ""))
+        raise ValueError(f"teacher file {path} for {name} seed {seed} {why}; {fix}.") from error
     said = (metadata.get("row"), metadata.get("seed"))
     if said != (None, None) and said != (row, str(seed)):
         raise ValueError(f"teacher file {path} holds {said[0]} seed {said[1]}, not {row} seed "
@@ -242,9 +245,8 @@ def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -
             f"{len(missing)} of {len(expected)} tensors missing ({few(missing)})" * bool(missing),
             f"{len(extra)} tensors too many ({few(extra)})" * bool(extra),
             f"other shapes: {few(shapes)}" * bool(shapes)) if part)  # fmt: skip
-        raise ValueError(f"teacher file {path} does not hold a {row} "
-                         f"({'tiny ' * args.tiny}model of {n_cls} classes): {found}; "
-                         f"{fix}.")  # fmt: skip
+        raise ValueError(f"teacher file {path} does not hold a {row} of {n_cls} classes: "
+                         f"{found}; {fix}.")  # fmt: skip
     teacher[1].load_state_dict(tensors)
     return teacher.to(device)
 
@@ -929,12 +931,21 @@ def main(argv: list[str] | None = None) -> int:
         rank, local, processes = world(args.dist_timeout)
     except RuntimeError as error:  # torch.distributed.DistError is one
         raise SystemExit(
-            f"process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')}: the workers "
-            f"did not all start within --dist-timeout={args.dist_timeout} s ({error}). Nothing "
-            "trained; check that every worker runs (torchrun starts them all)."
+            f"process {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')}: waited for "
+            f"the other workers to start, and they did not all start within "
+            f"--dist-timeout={args.dist_timeout} s ({error}). Nothing trained; check that every "
+            "worker runs (torchrun starts them all)."
         ) from error
     device = torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
     splits = load_splits(args)
+    planned = {(name, seed) for name, seeds in args.plan for seed in seeds}
+    try:  # every teacher file read before anything trains
+        for name, seed in sorted(planned):
+            teacher = ALL_ROWS[name].get("teacher")
+            if teacher is not None and (teacher, seed) not in planned:
+                load_teacher(args, name, seed, splits.num_classes, torch.device("cpu"))
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: nothing trained: {error}\n")
     here = provenance(args, splits, processes, device)
     before = existing or {"runs": [], "provenance": []}
     planned = [{"row": name, "seed": seed, "epochs": epochs_of(name, args),
@@ -974,9 +985,10 @@ def main(argv: list[str] | None = None) -> int:
         finished = len(results["runs"]) - len(before["runs"])
         kept = f"; {finished} finished run(s) are in {args.out}" if rank == 0 and finished else ""
         raise SystemExit(
-            f"process {rank} of {processes} stopped: {error}\nAnother worker stopped, failed or "
-            f"did not answer within --dist-timeout={args.dist_timeout} s{kept}. Rerun the "
-            "missing rows and seeds (--rows, --seeds) into a new --out and --merge the files."
+            f"process {rank} of {processes} stopped: {error}\nIt waited for the other workers "
+            "(at a step's gradient average, or for the epoch's sums): another worker stopped, "
+            f"failed or did not answer within --dist-timeout={args.dist_timeout} s{kept}. Rerun "
+            "the missing rows and seeds (--rows, --seeds) into a new --out and --merge the files."
         ) from error
     if processes > 1:
         torch.distributed.destroy_process_group()

@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -240,6 +241,7 @@ def test_a_stopped_worker_ends_the_others_with_a_message(tmp_path):
         worker.wait()
     assert result.returncode == 1, result.stderr[-3000:]
     assert "process 0 of 2 stopped" in result.stderr
+    assert "It waited for the other workers (at a step's gradient average" in result.stderr
     assert "did not answer within --dist-timeout=5 s" in result.stderr
     assert time.monotonic() - start < TIMEOUT_S
     assert not (tmp_path / "r.json").exists()  # no run finished, nothing written
@@ -365,3 +367,86 @@ def test_the_distilled_row_learns_from_its_teacher_trained_first_or_saved(tmp_pa
                             str(tmp_path / "empty"), "--out", str(tmp_path / "no.json")], capsys)
     assert "learns from resnet18-200, which is neither in --rows" in text
     assert not (tmp_path / "no.json").exists()
+
+
+# --- a damaged or wrong teacher file; the torchrun wait ---------------------------------------
+
+
+def teacher_args(script, folder):
+    args = script.parse(["--standin", "--tiny", "--rows", "vit-200-deit-hard", "--seeds", "0",
+                         "--teacher-dir", str(folder)])[0]  # fmt: skip
+    return args
+
+
+def test_a_damaged_or_wrong_teacher_file_is_named_with_the_fix(tmp_path, capsys):
+    import torch
+    from safetensors.torch import save_file
+
+    script = load_script()
+    path = tmp_path / "resnet18-200-seed0.safetensors"
+    teacher = script.build(script.ALL_ROWS["resnet18-200"], 3, tiny=True)[1]
+    good = {k: v.contiguous() for k, v in teacher.state_dict().items()}
+    save_file(good, str(path), metadata={"row": "resnet18-200", "seed": "0"})
+    args = teacher_args(script, tmp_path)
+    loaded = script.load_teacher(args, "vit-200-deit-hard", 0, 3, torch.device("cpu"))
+    assert torch.equal(loaded[1].state_dict()["head.weight"], good["head.weight"])
+    whole = path.read_bytes()
+    vit = script.build(script.ALL_ROWS["vit-200"], 3, tiny=True)[1]
+    wrong_vit = {k: v.contiguous() for k, v in vit.state_dict().items()}
+    ten_classes = script.build(script.ALL_ROWS["resnet18-200"], 10, tiny=True)[1]
+    nan = {**good, "head.bias": torch.full_like(good["head.bias"], float("nan"))}
+    fix = r"Train the teacher again \(--rows resnet18-200 --seeds 0 --save-dir DIR\)"
+    for label, write, message in [
+        ("cut short", lambda: path.write_bytes(whole[: len(whole) // 3]),
+         r"teacher file .*resnet18-200-seed0\.safetensors for vit-200-deit-hard seed 0 cannot "
+         r"be read \(.*\): it is damaged, cut short or not safetensors"),
+        ("not safetensors", lambda: path.write_bytes(b"\x00" * 64),
+         r"cannot be read \(.*\): it is damaged, cut short or not safetensors"),
+        ("another model", lambda: save_file(wrong_vit, str(path)),
+         r"resnet18-200-seed0\.safetensors does not hold a resnet18-200 of 3 classes: \d+ of "
+         r"\d+ tensors missing \(stem\.0\.weight, .* and \d+ more\); \d+ tensors too many "
+         r"\(.* and \d+ more\)"),
+        ("another number of classes", lambda: save_file(
+            {k: v.contiguous() for k, v in ten_classes.state_dict().items()}, str(path)),
+         r"other shapes: head\.weight \(10, 512\) \(needs \(3, 512\)\), head\.bias"),
+        ("another seed", lambda: save_file(good, str(path), metadata={
+            "row": "resnet18-200", "seed": "1"}),
+         r"resnet18-200-seed0\.safetensors holds resnet18-200 seed 1, not resnet18-200 seed 0"),
+        ("NaN weights", lambda: save_file(nan, str(path)),
+         r"seed 0 holds NaN or inf in \[.head\.bias.\]; it should hold"),
+    ]:  # fmt: skip
+        write()
+        with pytest.raises(ValueError, match=message) as caught:
+            script.load_teacher(args, "vit-200-deit-hard", 0, 3, torch.device("cpu"))
+        text = str(caught.value)
+        assert type(caught.value) is ValueError and re.search(fix, text), (label, text)
+        assert len(text) < 900, (label, len(text))  # never a dump of every key
+        # the command refuses it before anything trains, and writes nothing
+        out = tmp_path / f"{label}.json"
+        text = refusal(script, ["--standin", "--tiny", "--rows", "vit-200-deit-hard", "--seeds",
+                                "0", "--epochs", "1", "--teacher-dir", str(tmp_path), "--out",
+                                str(out)], capsys)  # fmt: skip
+        assert "nothing trained: teacher file" in text and not out.exists(), (label, text)
+
+
+def test_the_torchrun_wait_is_bounded_and_says_what_it_waits_for(monkeypatch, capsys):
+    import datetime
+
+    script = load_script()
+    args, parser = script.parse(["--standin"])
+    assert args.dist_timeout == script.DIST_TIMEOUT_S == 300  # five minutes, not half an hour
+    assert "to start and at each step's gradient average" in " ".join(parser.format_help().split())
+    seen = {}
+
+    def init_process_group(backend, timeout):
+        seen.update(backend=backend, timeout=timeout)
+
+    monkeypatch.setattr(script.torch.distributed, "init_process_group", init_process_group)
+    monkeypatch.setattr(script.torch.distributed, "get_rank", lambda: 0)
+    monkeypatch.setattr(script.torch.distributed, "get_world_size", lambda: 2)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert script.world(args.dist_timeout) == (0, 0, 2)
+    assert seen == {"backend": "gloo", "timeout": datetime.timedelta(seconds=300)}
+    assert ("each of 2 workers waits at most 300 s for the others, to start and at every "
+            "step's gradient average") in capsys.readouterr().out  # fmt: skip
