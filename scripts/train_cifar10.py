@@ -869,7 +869,13 @@ def one_session(args, todo, splits, identity, device, session, deadline, stop, c
             return
         if not ready(args, key, set()):
             continue
-        what = record_run(*key, splits, args, identity, device, session, deadline, stop)
+        try:
+            what = record_run(*key, splits, args, identity, device, session, deadline, stop)
+        except (StateMismatchError, training_state.TrainingStateError):
+            raise  # the folder's business: the session stops
+        except (ValueError, RuntimeError) as error:  # a bad teacher file, out of memory...
+            notes.append(f"{key[0]} seed {key[1]} stopped with an error: {error}")
+            continue
         notes.append(f"{key[0]} seed {key[1]}: {what}")
         args.folder.join_finished()
         if not what.startswith(("finished", "failed")):

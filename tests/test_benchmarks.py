@@ -178,11 +178,20 @@ def test_gpu_tables_time_fit_against_a_plain_loop_and_name_the_device(report):
     fit = table(report, "gpu-fit")
     compiled = torch.cuda.is_available()  # the compiled rows run on a GPU only
     both = ["fit", *["fit, compiled"] * compiled]
-    loops = ["plain loop", *both, *both, "fit, DeiT hard distillation"]
+    floors = ["floor, batch 256", *["floor, batch 1024"] * compiled]  # 1024: compiled only
+    loops = ["plain loop", *both, *both, "fit, DeiT hard distillation", *floors]
     assert fit.column("loop") == loops
     assert fit.column("model") == (
         ["photo ViT"] * (2 + compiled) + ["ResNet-18"] * (1 + compiled) + ["distilled photo ViT"]
-    )  # the last row prices the teacher's forward pass in every step
+        + ["photo ViT"] * len(floors)
+    )  # the DeiT row prices the teacher's forward pass in every step
+    tflops = fit.column("TFLOP/s")
+    assert positive_finite(tflops)
+    for name, row in zip(fit.data["times"], fit.rows, strict=True):  # counted FLOPs / median
+        assert row[-1] == pytest.approx(fit.data["flops"][name] / row[3] / 1e12)
+    photo = [fit.data["flops"][name] for name in ("plain loop", "fit", *floors)]
+    assert len(set(photo)) == 1  # the same arithmetic, the same count
+    assert (fit.data["floor_ratio"] is None) == (not compiled) and fit.data["floor_target"] == 1.2
     seconds = fit.column("epoch s (median)")
     assert positive_finite(seconds)
     assert fit.data["ratio"] == pytest.approx(seconds[1] / seconds[0])
@@ -230,6 +239,42 @@ def test_quartile_spread_ignores_one_slow_round():
     assert common.quartile_spread([1.0, 1.0, 1.0, 1.0, 5.0]) == 0.0
     assert common.quartile_spread([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(2 / 3)
     assert common.spread([1.0, 1.0, 1.0, 1.0, 5.0]) == 4.0
+
+
+def test_the_photo_vits_training_flops_are_the_closed_form():
+    """One image, forward and backward, as torch.utils.flop_counter counts them on the meta
+    device: 2 FLOPs a MAC; the backward pass computes two products per forward product (the
+    input's and the weight's gradients) but the images need no gradient."""
+    gpu = import_benchmarks("gpu")
+    tokens, d, hidden, depth = 65, 256, 512, 6  # 64 patches and the class token
+    patch = 64 * (3 * 4 * 4) * d
+    block = tokens * d * 3 * d + 2 * tokens * tokens * d + tokens * d * d + 2 * tokens * d * hidden
+    macs = patch + depth * block + d * 10  # the head reads the class token only
+    flops = gpu.training_flops(lambda: gpu.photo_vit(False, attn_impl="explicit"))
+    assert flops == 3 * 2 * macs - 2 * patch == 1_307_870_208
+    assert round(flops * 45_000 / 1e12, 2) == 58.85  # an epoch (a fused kernel adds 0.6%)
+    with_teacher = gpu.training_flops(lambda: gpu.photo_vit(True, attn_impl="explicit"),
+                                      teacher=gpu.resnet18)  # fmt: skip
+    alone = gpu.training_flops(lambda: gpu.photo_vit(True, attn_impl="explicit"))
+    # the teacher's forward pass: a third of its training step (less its first convolution's
+    # input gradient, which the step does not compute)
+    assert with_teacher - alone == pytest.approx(gpu.training_flops(gpu.resnet18) / 3, rel=0.01)
+
+
+def test_the_floor_trains_with_gradients_in_buffers_of_its_own():
+    """A CUDA graph's outputs are overwritten by its next replay: the floor's gradients are
+    buffers made before the first step, zeroed and summed into in place, never replaced."""
+    gpu = import_benchmarks("gpu")
+    images, labels = torch.rand(40, 3, 32, 32), torch.randint(0, 10, (40,))
+    torch.manual_seed(0)
+    model = gpu.photo_vit(quick=True)
+    before = [p.detach().clone() for p in model.parameters()]
+    epoch = gpu.floor_epoch(model, images, labels, "fp32", seed=0, batch_size=16, compiled=False)
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and not g.any() for g in grads)
+    epoch()
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads, strict=True))
+    assert all(not torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
 
 
 def test_plain_loop_of_the_gpu_benchmark_trains_like_fit():

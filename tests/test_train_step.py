@@ -143,6 +143,23 @@ def test_compiled_training_matches_eager_and_still_stops(monkeypatch):
         torch.testing.assert_close(compiled_model.state_dict()[name], tensor, atol=1e-5,
                                    rtol=1e-4, msg=name)  # fmt: skip
 
+    # When the host reads the verdict changes nothing; a compiled run stopped after an epoch
+    # and resumed (compiled from its first step: gradients in buffers of their own) is the
+    # compiled run that never stopped. The same graph serves them all.
+    late_model = vit()
+    late = fit(late_model, data(), compile=True, sync_every=10**9, **recipe)
+    assert late.train_loss == compiled.train_loss
+    saved = {}
+    fit(vit(), data(), compile=True, **recipe,
+        after_epoch=lambda done, state: saved.setdefault("state", state()) is not None)
+    resumed_model = vit(seed=9)
+    resumed = fit(resumed_model, data(), compile=True, resume=saved["state"], **recipe)
+    assert resumed.train_loss == compiled.train_loss
+    for name, tensor in compiled_model.state_dict().items():
+        assert torch.equal(late_model.state_dict()[name], tensor), name
+        assert torch.equal(resumed_model.state_dict()[name], tensor), name
+    assert counters["stats"]["unique_graphs"] == graphs
+
     # Another model of the same shapes reuses the graph, and reads the host once per step.
     reads = count_reads(monkeypatch)
     fit(vit(seed=3), data(16 * 5), compile=True, **{**recipe, "epochs": 1})
