@@ -543,7 +543,10 @@ def state_plan(args, parser: argparse.ArgumentParser) -> argparse.Namespace:
     args.rows, args.order = rows, recording_order(seeds)
     args.plan = [(name, seeds[name]) for name in dict.fromkeys(r for r, _ in args.order)]
     if args.state is not None:
-        args.folder = StateFolder(args.state)
+        try:
+            args.folder = StateFolder(args.state)
+        except ValueError as error:  # a file, or a folder in vitbook/assets
+            parser.error(str(error))
         args.teacher_dir = args.folder.weights
         check_teachers(args, parser, lambda name, seed: teacher_path(args, name, seed).is_file())
     return args
@@ -674,7 +677,7 @@ def record_run(row: str, seed: int, splits: ImageSplits, args, identity: dict,
     return "finished"
 
 
-def ready(args, key: tuple[str, int], done: set) -> bool:
+def ready(args, key: tuple[str, int]) -> bool:
     """A run can start: a distilled run once its teacher's weights are in the folder."""
     teacher = ALL_ROWS[key[0]].get("teacher")
     return teacher is None or args.folder.weights_path(teacher, key[1]).is_file()
@@ -758,7 +761,7 @@ def side_by_side(args, todo: list, session: int, deadline: float | None,
                 chooser.settled = True
             args.folder.join_finished()
         left = None if deadline is None else deadline - time.monotonic()
-        startable = [key for key in todo if ready(args, key, set())]
+        startable = [key for key in todo if ready(args, key)]
         if stop.requested or (left is not None and left <= 0):
             startable = []
         while len(running) < chooser.target and startable:
@@ -773,11 +776,16 @@ def side_by_side(args, todo: list, session: int, deadline: float | None,
                 newest.process.send_signal(signal.SIGTERM)  # it saves at its epoch's end
                 newest.process.wait()
                 todo.insert(0, newest.key)
+            if chooser.settled:
+                print(f"side by side: {chooser.describe()}", flush=True)
         if not running:
             return notes
         if stop.requested:
             for worker in running:
                 worker.process.send_signal(signal.SIGTERM)
+        if deadline is not None and time.monotonic() > deadline + 2 * EXIT_MARGIN_S:
+            for worker in running:  # past its own hard deadline: its last save stands
+                worker.process.kill()
         time.sleep(0.2)
 
 
@@ -867,7 +875,7 @@ def one_session(args, todo, splits, identity, device, session, deadline, stop, c
         left = None if deadline is None else deadline - time.monotonic()
         if stop.requested or (left is not None and left <= 0):
             return
-        if not ready(args, key, set()):
+        if not ready(args, key):
             continue
         try:
             what = record_run(*key, splits, args, identity, device, session, deadline, stop)
