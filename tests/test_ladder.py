@@ -12,6 +12,7 @@ from torch import nn
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.analysis import attention_rollout, mean_attention_distance
 from vitbook.cifar import Normalize
+from vitbook.comparison import paired_difference
 from vitbook.ladder import (
     BASE,
     DEIT_ROWS,
@@ -288,6 +289,13 @@ def test_a_partial_file_at_every_stage_says_what_is_recorded_and_what_is_missing
         assert ("not recorded" in label) == (not seeds)
         assert progress.values(row) == {s: fake_run(row, s)["test_accuracy"] for s in seeds}
     assert progress.recorded_rows() == tuple(dict.fromkeys(r for r, _ in order[:recorded]))
+    # the data-efficient question, paired over the seeds both rows have so far
+    student, plain = progress.shared("vit-200-deit-hard", "vit-200")
+    both = set(progress.seeds("vit-200-deit-hard")) & set(progress.seeds("vit-200"))
+    assert set(student) == set(plain) == both
+    if both:
+        difference = paired_difference(student, plain)
+        assert difference.n == len(both)
     text = progress.describe()
     first = {0: f"Nothing of the plan's {len(order)} runs is recorded yet.",
              len(order): f"Recorded: all {len(order)} runs of the plan."}.get(recorded, (

@@ -85,9 +85,17 @@ class Progress:
         return tuple(row for row in self.rows if self.seeds(row))
 
     def values(self, row: str, metric: str = "test_accuracy") -> dict[int, float]:
-        """``{seed: value}`` of ``row``'s recorded runs: the input of
-        :func:`vitbook.comparison.paired_difference` (which pairs the seeds two rows share)."""
+        """``{seed: value}`` of ``row``'s recorded runs (``metric``: a field of a run)."""
         return {seed: self.runs[self._row(row), seed][metric] for seed in self.seeds(row)}
+
+    def shared(
+        self, row_a: str, row_b: str, metric: str = "test_accuracy"
+    ) -> tuple[dict[int, float], dict[int, float]]:
+        """The two rows' values over the seeds both have recorded: what
+        :func:`vitbook.comparison.paired_difference` takes (empty dicts while they share none)."""
+        a, b = self.values(row_a, metric), self.values(row_b, metric)
+        both = sorted(a.keys() & b.keys())
+        return {s: a[s] for s in both}, {s: b[s] for s in both}
 
     def results(self) -> dict:
         """The recorded runs of the plan as a results file: ``{"runs", "provenance"}``, the runs
