@@ -12,6 +12,9 @@ optimiser step, accumulation and the divergence guard) and :mod:`vitbook.evaluat
 :mod:`vitbook.runtime` (where a chapter runs: GPU, Colab, data), :mod:`vitbook.cifar`
 (CIFAR-10 and its offline stand-in), :mod:`vitbook.ladder` (the photo chapter's recorded runs),
 :mod:`vitbook.records` (results files that never overwrite recorded runs),
+:mod:`vitbook.resume` (a training run's whole state, saved and continued bit for bit),
+:mod:`vitbook.session` (recording a plan of runs in GPU sessions of any length),
+:mod:`vitbook.recording` (what a possibly partial recording holds of its plan),
 :mod:`vitbook.comparison` (paired differences of two recorded settings over their seeds),
 :mod:`vitbook.numerics` (how far two computations of the same numbers may be apart),
 :mod:`vitbook.distill` and :mod:`vitbook.distill_digits` (DeiT's distillation and its measured
