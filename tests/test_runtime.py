@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import types
 
+import numpy as np
 import pytest
 import torch
 from hubtools import write_cifar10_like
@@ -68,6 +69,32 @@ def test_cifar10_from_the_file_the_environment_names(clean_env, tmp_path):
         runtime.load_cifar10(val_share=0.6)
     clean_env.setenv(CIFAR10_FILE, str(tmp_path / "missing.npz"))
     with pytest.raises(DataUnavailableError, match=r"missing.npz does not exist"):
+        detect_runtime().load_cifar10()
+
+
+def test_a_damaged_file_the_environment_names_is_refused_with_the_fix(clean_env, tmp_path):
+    """The runtime counts the file's photos before load_cifar10 reads it: numpy's advice to load
+    it with allow_pickle (which runs code from the file) must never reach the reader."""
+    path = write_cifar10_like(tmp_path / "cifar.npz", n_train=130, n_test=20)
+    clean_env.setenv(CIFAR10_FILE, str(path))
+    whole = path.read_bytes()
+    remake = r"make the file again .* or pass source=None to use torchvision"
+    for cut in (0, len(whole) // 2, len(whole) - 30):  # a copy cut short
+        path.write_bytes(whole[:cut])
+        with pytest.raises(ValueError, match=rf"cifar\.npz is not a readable \.npz .*{remake}"):
+            detect_runtime().load_cifar10()
+    for damaged in (b"garbage, not a zip at all" * 10, b"\x80\x04not a zip, not a pickle"):
+        path.write_bytes(damaged)
+        with pytest.raises(ValueError, match=rf"not a \.npz of plain arrays: .*{remake}") as caught:
+            detect_runtime().load_cifar10()
+        assert "allow_pickle" not in str(caught.value)
+    np.savez(path, x_train=np.zeros((3, 32, 32, 3), np.uint8), y_train=np.array([object()] * 3),
+             x_test=np.zeros((1, 32, 32, 3), np.uint8), y_test=np.arange(1))  # fmt: skip
+    with pytest.raises(ValueError, match=r"not a \.npz of plain arrays: .*pickled") as caught:
+        detect_runtime().load_cifar10()
+    assert "allow_pickle" not in str(caught.value)
+    np.savez(path, x_train=np.zeros((3, 32, 32, 3), np.uint8), y_train=np.int64(3))
+    with pytest.raises(ValueError, match=r"lacks \['x_test', 'y_test'\]"):
         detect_runtime().load_cifar10()
 
 

@@ -111,12 +111,26 @@ class Runtime:
                      fix="the paper holds out 0.02 of CIFAR-10, the photo chapter 0.1")
         photos = CIFAR10_TRAIN_PHOTOS
         if self.cifar10_file is not None and self.cifar10_file.is_file():
-            import numpy as np
-
-            with np.load(self.cifar10_file, allow_pickle=False) as arrays:
-                if "y_train" in arrays:  # else load_cifar10 says what is missing
-                    photos = len(arrays["y_train"])
+            photos = _train_labels_in(self.cifar10_file) or photos
         return max(10, round(photos * val_share / 10) * 10)
+
+
+def _train_labels_in(path: Path) -> int | None:
+    """How many training labels a .npz holds, or ``None`` where it cannot tell.
+
+    Only the count is read here; a damaged, cut-short, pickled or incomplete file gives ``None``,
+    and :func:`vitbook.cifar.load_cifar10`, which reads the file next, names what is wrong and
+    the fix (numpy's own message would advise ``allow_pickle``, which runs code from the file).
+    """
+    import zipfile
+
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            return len(arrays["y_train"]) if "y_train" in arrays else None
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, TypeError):
+        return None
 
 
 def detect_runtime() -> Runtime:
