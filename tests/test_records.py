@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -237,6 +238,72 @@ def test_join_keeps_every_provenance_and_points_runs_at_theirs():
     assert [run["process"] for run in joined["runs"]] == [0, 1, 1]
     assert joined["provenance"][1]["command"] == "second"
     assert [j["command"] for j in joined["joins"]] == ["before", "now"]
+
+
+def test_a_seed_written_as_text_is_refused_not_counted_twice():
+    text = part([("a", 1)])
+    text["runs"][0]["seed"] = "0"  # would be a second seed beside the integer 0
+    for seed in ("0", 0.0, True, None):
+        text["runs"][0]["seed"] = seed
+        with pytest.raises(ResultsFileError, match=rf"run 0 of b\.json has row 'a' and seed "
+                           rf"{re.escape(repr(seed))} .*write the seed as a number"):  # fmt: skip
+            records.join([("a.json", part([("a", 0)])), ("b.json", text)], note={})
+    unnamed = part([("a", 1)])
+    unnamed["runs"][0]["row"] = 3
+    with pytest.raises(ResultsFileError, match=r"run 0 of b\.json has row 3 .*a row is a name"):
+        records.check_together([("b.json", unnamed)])
+
+
+@pytest.mark.parametrize("process", [1, -1, 5, "0", True, 0.0])
+def test_a_run_pointing_at_no_provenance_entry_is_refused(process):
+    lost = part([("a", 1)], process=process)
+    named = re.escape(repr(process))
+    message = (rf"run 0 of b\.json \(row 'a' seed 1\) names process {named}, but the file has "
+               r"provenance entries 0 \.\. 0 only.*record that run again")  # fmt: skip
+    with pytest.raises(ResultsFileError, match=message):
+        records.join([("a.json", part([("a", 0)], process=0)), ("b.json", lost)], note={})
+
+
+@pytest.mark.parametrize("data", ["x.npz", ["e00b"], 7])
+def test_a_provenance_whose_data_is_not_an_object_is_named(data):
+    odd = part([("a", 1)])
+    odd["provenance"][0]["data"] = data
+    message = rf"provenance entry 0 of b\.json has data {re.escape(repr(data))} .*record its runs"
+    with pytest.raises(ResultsFileError, match=message):
+        records.join([("a.json", part([("a", 0)])), ("b.json", odd)], note={})
+    odd["provenance"][0]["data"] = None  # no data recorded: still a results file
+    assert len(records.join([("a.json", part([("a", 0)])), ("b.json", odd)], allow_mixed=True,
+                            note={})["runs"]) == 2  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        ({"runs": [{"accuracy": 0.9}, {"accuracy": float("nan")}]}, r"runs\[1\]\.accuracy"),
+        ({"loss": [1.0, float("inf")]}, r"loss\[1\]"),
+        ([float("-inf")], r"\[0\]"),
+        (float("nan"), "the top"),
+    ],
+)
+def test_write_json_refuses_nan_and_keeps_the_old_file(tmp_path, data, where):
+    path = tmp_path / "results.json"
+    records.write_json(path, {"runs": [1]})
+    with pytest.raises(ValueError, match=rf"(nan|inf) at {where} cannot be written to .*results"
+                       r"\.json: JSON has no NaN or infinity.*Write None \(null\)"):  # fmt: skip
+        records.write_json(path, data)
+    assert json.loads(path.read_text()) == {"runs": [1]}  # strict JSON, and unchanged
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_spread_refuses_what_has_no_number_to_average():
+    for values, position in (([float("nan")], 0), ([0.8, float("nan")], 1), ([float("inf")], 0)):
+        with pytest.raises(ValueError, match=rf"spread got (nan|inf) at position {position} of "
+                           rf"{len(values)}: .*Leave it out and say so"):  # fmt: skip
+            records.spread(values)
+    for bad in ("0.8", None, True):
+        with pytest.raises(TypeError, match=rf"spread takes numbers, got {re.escape(repr(bad))}"):
+            records.spread([0.9, bad])
+    assert records.spread(iter([0.8, 0.9]))["n"] == 2  # any iterable of numbers, as before
 
 
 # ----- the scripts' outputs ---------------------------------------------------------------------

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
+import numbers
 import os
 import statistics
 import tempfile
@@ -52,10 +54,29 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     """The seeds' spread of one number: ``n``, ``mean``, ``std`` (0.0 for one seed), ``min``,
     ``max``. What every results file's summary reports per setting.
 
+    Raises:
+        TypeError: a value that is not a real number (a string or ``None`` from a damaged file).
+        ValueError: no values, or a NaN or infinite one (a run that diverged or was never
+            recorded), named with its position.
+
     Example:
         >>> {name: round(value, 4) for name, value in spread([0.8, 0.9]).items()}
         {'n': 2, 'mean': 0.85, 'std': 0.0707, 'min': 0.8, 'max': 0.9}
     """
+    values = list(values)
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(
+                f"spread takes numbers, got {value!r} ({type(value).__name__}) at position {i} "
+                f"of {len(values)}; read the file's numbers as numbers (float(...)) or fix the "
+                "file that holds this one."
+            )
+        if not math.isfinite(value):
+            raise ValueError(
+                f"spread got {value} at position {i} of {len(values)}: a run that diverged or "
+                "was never recorded has no number to average. Leave it out and say so, or "
+                "record that run again."
+            )
     values = [float(value) for value in values]
     if not values:
         raise ValueError("spread needs at least one value, got none.")
@@ -258,6 +279,14 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def write_json(path: str | os.PathLike, data: object) -> None:
     """Write ``data`` as indented JSON to ``path``, atomically (see :func:`write_with`).
 
+    JSON has no NaN or infinity: Python's ``json`` would write the literals ``NaN`` and
+    ``Infinity``, which other readers (a browser, ``jq``, pandas' strict mode) refuse. Such a
+    number is refused before anything is written, named by where it is in ``data``, and an
+    existing file is left as it was.
+
+    Raises:
+        ValueError: a NaN or infinite float in ``data``, with its place (``runs[3].accuracy``).
+
     Example:
         >>> import tempfile
         >>> path = Path(tempfile.mkdtemp()) / "results.json"
@@ -267,7 +296,34 @@ def write_json(path: str | os.PathLike, data: object) -> None:
 
     See chapter: Real photos on a GPU.
     """
-    write_bytes(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+    try:
+        text = json.dumps(data, indent=1, allow_nan=False)
+    except ValueError as error:
+        if "JSON compliant" not in str(error):
+            raise
+        where, value = _first_non_finite(data) or ("a number", math.nan)
+        raise ValueError(
+            f"{value} at {where} cannot be written to {path}: JSON has no NaN or infinity (a "
+            "run that diverged, or a number never measured). Write None (null) there and say "
+            "why beside it, or leave the entry out; nothing was written."
+        ) from error
+    write_bytes(path, (text + "\n").encode("utf-8"))
+
+
+def _first_non_finite(data: object, where: str = "") -> tuple[str, float] | None:
+    """The place (``runs[3].accuracy``) and value of the first NaN or infinity in ``data``."""
+    if isinstance(data, float):
+        return None if math.isfinite(data) else (where or "the top", data)
+    if isinstance(data, dict):
+        items = [(f"{where}.{key}" if where else str(key), value) for key, value in data.items()]
+    elif isinstance(data, list | tuple):
+        items = [(f"{where}[{i}]", value) for i, value in enumerate(data)]
+    else:
+        return None
+    for place, value in items:
+        if found := _first_non_finite(value, place):
+            return found
+    return None
 
 
 def read_json(path: str | os.PathLike, *, remedy: str) -> dict:
@@ -327,9 +383,35 @@ def _layout(part: dict, name: str) -> None:
             f"{name} is not a ladder results file (it needs a list of runs and a non-empty list "
             "of provenance entries); pass a file written by scripts/train_cifar10.py."
         )
-    for run in runs:
+    for j, entry in enumerate(provenance):
+        data = entry.get("data")
+        if data is not None and not isinstance(data, dict):
+            raise ResultsFileError(
+                f"provenance entry {j} of {name} has data {data!r} ({type(data).__name__}), not "
+                'the object a script writes ({"source": ..., "sha256": ..., ...}); restore the '
+                "file or record its runs again with scripts/train_cifar10.py."
+            )
+    for i, run in enumerate(runs):
         if not isinstance(run, dict) or not {"row", "seed", "epochs", "recipe"} <= set(run):
             raise ResultsFileError(f"{name} holds a run without row, seed, epochs or recipe.")
+        row, seed, process = run["row"], run["seed"], run.get("process")
+        if not isinstance(row, str) or isinstance(seed, bool) or not isinstance(seed, int):
+            raise ResultsFileError(
+                f"run {i} of {name} has row {row!r} and seed {seed!r} ({type(seed).__name__}); "
+                "a row is a name and a seed an integer (seed '0' and 0 would count as two "
+                "seeds): write the seed as a number, e.g. 0, as the scripts do."
+            )
+        if process is not None and (
+            isinstance(process, bool)
+            or not isinstance(process, int)
+            or not 0 <= process < len(provenance)
+        ):
+            raise ResultsFileError(
+                f"run {i} of {name} (row {row!r} seed {seed}) names process {process!r}, but "
+                f"the file has provenance entries 0 .. {len(provenance) - 1} only"
+                "; a run must point at the entry of the process that made it. Restore the file "
+                "or record that run again."
+            )
 
 
 def _sources(found: dict[object, list[str]]) -> str:
@@ -350,7 +432,10 @@ def check_together(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = Fal
         allow_mixed: accept other data, devices, epochs or recipes (never a repeated run).
 
     Raises:
-        ResultsFileError: a part that is not a ladder results file.
+        ResultsFileError: a part that is not a ladder results file: no runs or provenance, a
+            run's seed that is not an integer (``"0"`` and ``0`` would be two seeds), a run's
+            ``process`` that points at no provenance entry, a provenance ``data`` that is not
+            an object.
         ValueError: what does not belong together, with the files it comes from.
 
     Example:
@@ -376,7 +461,7 @@ def check_together(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = Fal
             seen.setdefault(key, name)
     mixed = []
     for label, value in (
-        ("data checksum", lambda p: str(p.get("data", {}).get("sha256"))[:12]),
+        ("data checksum", lambda p: str((p.get("data") or {}).get("sha256"))[:12]),
         ("device", lambda p: p.get("device")),
     ):
         found: dict[object, list[str]] = {}
