@@ -136,6 +136,19 @@ MODEL_INPUTS = [
     ("NaN pixel into evaluate", lambda: evaluate(
         small_model(), (with_value(float("nan")), torch.tensor([0, 1]))), ValueError,
      r"data images has 1 non-finite value\(s\) \(NaN\) among 384"),
+    # A softmax over dim 1 of (B, 1, n_cls) logits is all ones: the outputs' shape is checked
+    # (a shape, so no GPU sync) before any probability is read.
+    ("(B, 1, n_cls) logits into predict", lambda: predict(
+        torch.nn.Sequential(small_model(), torch.nn.Unflatten(1, (1, 5))), images()),
+     ValueError, r"the model returned \(2, 1, 5\) for 2 images; predicting needs \(B, n_cls\) "
+     r"logits, .*logits\[:, 0\] for \(B, 1, n_cls\)"),
+    ("(B, 1, n_cls) logits into evaluate", lambda: evaluate(
+        torch.nn.Sequential(small_model(), torch.nn.Unflatten(1, (1, 5))),
+        (images(), torch.tensor([0, 3]))),
+     ValueError, r"the model returned \(2, 1, 5\) for 2 images"),
+    ("one logit for the whole batch", lambda: predict(
+        torch.nn.Sequential(small_model(), torch.nn.Flatten(0)), images()),
+     ValueError, r"the model returned \(10,\) for 2 images"),
     ("float64 tokens into attention", lambda: MultiHeadSelfAttention(12, 3)(
         torch.zeros(1, 4, 12, dtype=torch.float64)), TypeError,
      r"tokens has dtype torch\.float64 but the layer computes in torch\.float32; convert with "

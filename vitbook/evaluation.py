@@ -88,7 +88,8 @@ def predict(
 
     Raises:
         TypeError / ValueError: images that are not a floating-point tensor or hold NaN or inf,
-            ``batch_size`` not a positive int, an unknown device or precision.
+            ``batch_size`` not a positive int, an unknown device or precision; a model whose
+            output is not (B, n_cls) logits (a softmax of (B, 1, n_cls) would be all ones).
 
     Example:
         >>> model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
@@ -119,8 +120,21 @@ def _probabilities(
     with torch.no_grad(), autocast(device, precision):
         for chunk in images.split(batch_size):
             logits = logits_of(model(chunk.to(device)))  # (b, n_cls); a tuple's mean
+            _logit_rows(logits, len(chunk))
             chunks.append((logits if precision == "fp32" else logits.float()).softmax(dim=1))
     return torch.cat(chunks)  # (B, n_cls)
+
+
+def _logit_rows(logits: object, images: int) -> None:
+    """(images, n_cls) logits, else a ValueError: a softmax over dim 1 of (B, 1, n_cls) logits
+    is all ones. A check of shapes only, so it costs no GPU sync."""
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or len(logits) != images:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(
+            f"the model returned {shape} for {images} images; predicting needs (B, n_cls) "
+            "logits, one row per image. End the model with a Linear layer to n_cls classes, "
+            "or drop an extra axis in its forward (logits[:, 0] for (B, 1, n_cls))."
+        )
 
 
 def evaluate(
