@@ -407,6 +407,19 @@ def test_mixup_lambda_is_beta_and_cutmix_half_the_time():
     assert 110 < cutmix < 190  # binomial(300, 1/2): mean 150, sd 8.7
 
 
+def test_a_label_outside_the_mix_is_refused_where_its_value_is_on_the_host():
+    """Label 12 of a 10-class mix would get a zero one-hot row: targets summing to 0.25, not 1.
+    On the CPU reading the labels costs no sync, so the call refuses them; a GPU batch is not
+    read (the fake-tensor test below: no value read for any batch), fit checks it once."""
+    images, labels = labelled_batch(b=4)
+    for wrong, named in (([0, 12, 3, 1], r"\[12\]"), ([-1, 2, 10, 3], r"\[-1, 10\]")):
+        with pytest.raises(ValueError, match=rf"labels hold {named}, outside the mix's classes "
+                           r"0 \.\. 9; build it with n_cls above every label"):  # fmt: skip
+            mixup_cutmix(10)(images, torch.tensor(wrong), seeded())
+    _, targets = mixup_cutmix(10)(images, torch.tensor([9, 0, 9, 0]), seeded())  # both ends
+    torch.testing.assert_close(targets.sum(1), torch.ones(4))
+
+
 def test_mix_same_seed_same_batch_and_bfloat16_kept():
     images, labels = labelled_batch()
     mix = mixup_cutmix(10, label_smoothing=0.1)

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from vitbook.image_ops import ALL_OPS, OPS, apply_ops
-from vitbook.randaugment import _timm_magnitudes, rand_augment
+from vitbook.randaugment import _timm_magnitudes, rand_augment, trivial_augment_wide
 
 B, C, H, W = 6, 3, 11, 14
 
@@ -129,3 +129,42 @@ def test_settings_of_one_scale_are_refused_on_the_other(kwargs, error, match):
 def test_a_fractional_timm_magnitude_is_accepted():
     out = rand_augment(2, 9.5, scale="timm")(torch.rand(4, 3, 8, 8), seeded())
     assert out.shape == (4, 3, 8, 8) and math.isfinite(out.sum().item())
+
+
+@pytest.mark.parametrize(
+    ("policy", "scaled", "low_high"),
+    [
+        (lambda: rand_augment(2, 9), lambda x: x * 255, r"from 0\.\d+ to 25\d\.\d+"),
+        (lambda: rand_augment(2, 9, scale="timm", magnitude_std=0.5), lambda x: (x - 0.5) / 0.25,
+         r"from -1\.\d+ to 1\.\d+"),
+        (lambda: trivial_augment_wide(), lambda x: x * 255, r"from 0\.\d+ to 25\d\.\d+"),
+    ],
+)  # fmt: skip
+def test_images_outside_unit_range_are_refused_where_their_values_are_on_the_host(
+    policy, scaled, low_high
+):
+    """0-255 floats or normalised images would be posterized, solarized and equalized as
+    nonsense. On the CPU reading them costs no sync, so the call refuses them; a GPU batch is not
+    read (test_augment's fake-tensor test: no value read for any batch), fit checks it once."""
+    images = torch.rand(B, C, H, W, generator=seeded())
+    with pytest.raises(ValueError, match=rf"images range {low_high}.*work on images in \[0, 1\].*"
+                       r"divide 8-bit images by 255"):  # fmt: skip
+        policy()(scaled(images), seeded())
+    edges = images.clone()
+    edges[0, 0, 0, :2] = torch.tensor([0.0, 1.0])  # both ends of [0, 1] are images too
+    assert policy()(edges, seeded()).shape == images.shape
+    assert policy()(images[:0], seeded()).shape == (0, C, H, W)  # an empty batch has no range
+    with pytest.raises(ValueError, match=r"images hold NaN; .*find where the NaN came from"):
+        policy()(torch.where(images > 0.5, math.nan, images), seeded())
+
+
+def test_an_op_index_outside_all_ops_is_refused():
+    images = torch.rand(3, C, H, W, generator=seeded())
+    for ops, named in (([0, 99, 5], r"\[99\]"), ([-1, 3, 16], r"\[-1, 16\]")):
+        with pytest.raises(ValueError, match=rf"ops holds {named}, which name no op: ALL_OPS has "
+                           r"16 \(indices 0 \.\. 15\); pick them with OPS\.index"):  # fmt: skip
+            apply_ops(images, torch.tensor(ops), torch.zeros(3))
+    with pytest.raises(TypeError, match="integer indices into ALL_OPS, got dtype torch.bool"):
+        apply_ops(images, torch.tensor([True, False, True]), torch.zeros(3))
+    last = apply_ops(images, torch.tensor([0, 15, 15]), torch.zeros(3))  # solarize_add, the last
+    assert torch.equal(last[0], images[0]) and last.shape == images.shape

@@ -11,11 +11,14 @@ A batch mix ``mix(images, labels, generator) -> (images, targets)`` also returns
 outside ``torch.compile``, which cannot trace a ``torch.Generator`` argument (``apply_ops``,
 which takes none, compiles without graph breaks).
 
-Values are never checked per batch (that would be a host sync): an augmentation that needs images
-in [0, 1] (RandAugment's ops act on 256 levels) says so in its ``value_range`` attribute, a mix
-its class count in ``num_classes``, and ``vitbook.train.fit`` checks the training data against
-them once. RandAugment and TrivialAugmentWide live in :mod:`vitbook.randaugment`, their ops in
-:mod:`vitbook.image_ops`; both are imported here too.
+Values on a GPU are never read per batch (that would be a host sync): an augmentation that needs
+images in [0, 1] (RandAugment's ops act on 256 levels) says so in its ``value_range`` attribute, a
+mix its class count in ``num_classes``, and ``vitbook.train.fit`` checks the training data against
+them once. Called on the CPU, where reading a value costs no sync, RandAugment and TrivialAugment
+refuse images outside [0, 1], a mix labels outside its classes and ``apply_ops`` an op index
+outside ``ALL_OPS`` (``vitbook.image_ops.values_on_host``). RandAugment and TrivialAugmentWide
+live in :mod:`vitbook.randaugment`, their ops in :mod:`vitbook.image_ops`; both are imported here
+too.
 
 See chapter: Real photos on a GPU.
 """

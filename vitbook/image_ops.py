@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import is_fake
 
 from vitbook import _checks
 
-__all__ = ["ALL_OPS", "OPS", "apply_ops", "check_call"]
+__all__ = ["ALL_OPS", "OPS", "apply_ops", "check_call", "values_on_host"]
 
 # torchvision's RandAugment ops, in its order; ops 1..9 take a random sign.
 OPS = (
@@ -93,6 +94,25 @@ def _equalize(level: torch.Tensor) -> torch.Tensor:
     return torch.where(step[..., None] > 0, equalized, level.long())
 
 
+def values_on_host(tensor: torch.Tensor) -> bool:
+    """Whether reading ``tensor``'s values costs nothing: a real tensor in the CPU's memory.
+
+    The augmentations read values only then, so that a reader who calls one on the CPU hears
+    of images or labels it would get wrong. A GPU tensor is not read (each batch would make the
+    GPU wait for the host), nor one without values (traced by ``torch.compile``, or fake):
+    :func:`vitbook.train.fit` checks its training data once, where they enter, instead.
+
+    Example:
+        >>> values_on_host(torch.zeros(2)), values_on_host(torch.zeros(2, device="meta"))
+        (True, False)
+
+    See chapter: Real photos on a GPU.
+    """
+    return (
+        tensor.device.type == "cpu" and not torch.compiler.is_compiling() and not is_fake(tensor)
+    )
+
+
 def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor) -> torch.Tensor:
     """Apply op ``ALL_OPS[ops[b]]`` at magnitude ``magnitudes[b]`` to each image ``b``.
 
@@ -110,11 +130,17 @@ def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor)
 
     Args:
         images: ``(B, C, H, W)`` floats in [0, 1], C = 1 or 3.
-        ops: ``(B,)`` int64 indices into ``ALL_OPS``, on the images' device.
+        ops: ``(B,)`` int64 indices into ``ALL_OPS``, on the images' device (read, and an index
+            outside ``0 .. 15`` refused, only where :func:`values_on_host`: no GPU sync).
         magnitudes: ``(B,)`` floats, signed where the op takes a sign.
 
     Returns:
         ``(B, C, H, W)``, the images' dtype.
+
+    Raises:
+        TypeError / ValueError: images that are not (B, C, H, W) floats with C = 1 or 3; ops or
+            magnitudes not of shape (B,); ops that are not integers, or (read on the CPU only)
+            name no op.
 
     Example:
         >>> images = torch.rand(2, 3, 4, 5)
@@ -130,8 +156,14 @@ def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor)
         if not isinstance(value, torch.Tensor) or value.shape != (b,):
             shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
             raise ValueError(f"{name} must be a tensor of shape (B,) = ({b},), got {shape}.")
-    if ops.is_floating_point():
+    if ops.is_floating_point() or ops.dtype == torch.bool:
         raise TypeError(f"ops must hold integer indices into ALL_OPS, got dtype {ops.dtype}.")
+    if values_on_host(ops) and b and not 0 <= int(ops.min()) <= int(ops.max()) < len(ALL_OPS):
+        wrong = ops[(ops < 0) | (ops >= len(ALL_OPS))].unique()[:5].tolist()
+        raise ValueError(
+            f"ops holds {wrong}, which name no op: ALL_OPS has {len(ALL_OPS)} (indices 0 .. "
+            f"{len(ALL_OPS) - 1}); pick them with OPS.index('rotate') and the like."
+        )
     if c not in (1, 3):
         raise ValueError(f"images have C={c} channels; these ops need 1 (grey) or 3 (RGB).")
     if b == 0:  # nothing to do (and affine_grid refuses an empty batch)

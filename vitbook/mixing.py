@@ -3,7 +3,8 @@
 A mix is a callable ``mix(images (B, C, H, W), labels (B,), generator) -> (images, targets
 (B, n_cls))`` on the images' device; ``F.cross_entropy`` takes the soft targets as they are. It
 carries its class count in ``num_classes``: the labels must be below it (``vitbook.train.fit``
-checks them once; a label outside would give a target row that sums to less than 1).
+checks them once; a label outside would give a target row that sums to less than 1, so a mix
+called on the CPU refuses it too).
 
 See chapter: Real photos on a GPU.
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from vitbook import _checks
-from vitbook.image_ops import check_call
+from vitbook.image_ops import check_call, values_on_host
 
 __all__ = ["mixup_cutmix"]
 
@@ -50,7 +51,10 @@ def mixup_cutmix(
         ``mix(images (B, C, H, W), labels (B,) int64, generator) -> (images, targets (B, n_cls))``.
 
     Raises:
-        TypeError / ValueError: for arguments out of range, or both alphas 0.
+        TypeError / ValueError: for arguments out of range, or both alphas 0; when called,
+            labels outside ``0 .. n_cls - 1``, read on the CPU only: on a GPU that would be a
+            sync per batch, and ``fit`` checks its labels against ``num_classes`` once instead
+            (see :func:`vitbook.image_ops.values_on_host`).
 
     Example:
         >>> mix = mixup_cutmix(n_cls=10)
@@ -86,6 +90,13 @@ def mixup_cutmix(
         if labels.shape != (b,) or labels.device != device:
             got = f"{tuple(labels.shape)} on {labels.device}"
             raise ValueError(f"labels must have shape (B,) = ({b},) on {device}, got {got}.")
+        if values_on_host(labels) and b and not 0 <= int(labels.min()) <= int(labels.max()) < n_cls:
+            wrong = labels[(labels < 0) | (labels >= n_cls)].unique()[:5].tolist()
+            raise ValueError(  # their one-hot row would be zeros: a target summing below 1
+                f"labels hold {wrong}, outside the mix's classes 0 .. {n_cls - 1}; build it "
+                f"with n_cls above every label (mixup_cutmix(n_cls=...)), or map each class to "
+                "an index first."
+            )
 
         def beta(alpha: float) -> torch.Tensor:  # one Beta(alpha, alpha) draw, on the device
             if alpha == 0:

@@ -19,6 +19,7 @@ See chapter: Real photos on a GPU.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -40,6 +41,7 @@ from vitbook.image_ops import (
     TRANSLATE_Y,
     apply_ops,
     check_call,
+    values_on_host,
 )
 
 __all__ = ["SCALES", "rand_augment", "trivial_augment_wide"]
@@ -47,6 +49,28 @@ __all__ = ["SCALES", "rand_augment", "trivial_augment_wide"]
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 SCALES = ("torchvision", "timm")
 UNIT_RANGE = (0.0, 1.0)  # the values these policies need: fit checks the images once
+
+
+def _unit_images(images: torch.Tensor) -> None:
+    """Images in [0, 1], read only where that costs no GPU sync (:func:`values_on_host`).
+
+    The ops act on the 256 levels ``round(255 x)``: 0-255 floats or normalised images would be
+    posterized, solarized and equalized as nonsense, without a word.
+    """
+    if not values_on_host(images) or images.numel() == 0:
+        return
+    low, high = images.min().item(), images.max().item()
+    if math.isnan(low) or math.isnan(high):
+        raise ValueError(
+            "images hold NaN; RandAugment and TrivialAugment work on images in [0, 1]: find "
+            "where the NaN came from before augmenting (a division by zero when scaling?)."
+        )
+    if not 0 <= low <= high <= 1:
+        raise ValueError(
+            f"images range from {low:g} to {high:g}, but RandAugment and TrivialAugment work on "
+            "images in [0, 1] (their ops act on 256 levels); divide 8-bit images by 255, or "
+            "augment before normalising (put Normalize in the model)."
+        )
 
 
 def _magnitude_table(
@@ -74,6 +98,7 @@ def _policy(num_ops: int, magnitude: int | None, bins: int) -> Augment:
 
     def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         images = check_call(images, generator)
+        _unit_images(images)
         b, device = images.shape[0], images.device
         shape = (num_ops, b)
         ops = torch.randint(0, len(OPS), shape, generator=generator, device=device)
@@ -127,6 +152,7 @@ def _timm_policy(num_ops: int, magnitude: float, magnitude_std: float) -> Augmen
 
     def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         images = check_call(images, generator)
+        _unit_images(images)
         b, device = images.shape[0], images.device
         shape = (num_ops, b)
         # timm's 15 ops are ALL_OPS without identity: 1 .. 15
@@ -194,7 +220,10 @@ def rand_augment(
 
     Raises:
         TypeError / ValueError: for arguments that are not numbers in range, or a setting of
-            one scale given to the other.
+            one scale given to the other; when called, images outside [0, 1] (0-255 floats,
+            normalised images), read on the CPU only: on a GPU that would be a sync per batch,
+            and ``fit`` checks its images once instead (see
+            :func:`vitbook.image_ops.values_on_host`).
 
     Example:
         >>> augment = rand_augment(num_ops=2, magnitude=9)
@@ -242,10 +271,11 @@ def trivial_augment_wide(num_magnitude_bins: int = 31) -> Augment:
         num_magnitude_bins: number of magnitude steps, at least 2; 31 as in torchvision.
 
     Returns:
-        ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``.
+        ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``, for images in [0, 1].
 
     Raises:
-        TypeError / ValueError: for a number of bins that is not an int >= 2.
+        TypeError / ValueError: for a number of bins that is not an int >= 2; when called,
+            images outside [0, 1], read on the CPU only (as :func:`rand_augment`).
 
     Example:
         >>> augment = trivial_augment_wide()
