@@ -111,6 +111,32 @@ def test_summarize_gives_mean_spread_and_range_per_row_in_order():
     assert summarize({"runs": newer})["c"]["wall_clock_minutes"] == 1.0
 
 
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"test_accuracy": 79}, ValueError,
+         r"run 1 \(row 'b' seed 1\) has test_accuracy=79; accuracies here are fractions in "
+         r"\[0, 1\] \(79 % is 0\.79\): divide percentages by 100"),
+        ({"final_val_accuracy": -0.1}, ValueError, r"has final_val_accuracy=-0\.1; accuracies"),
+        ({"test_accuracy": float("nan")}, ValueError, r"has test_accuracy=nan; accuracies"),
+        ({"test_accuracy": "0.8"}, TypeError, r"has test_accuracy='0\.8', not a number"),
+        ({"test_accuracy": True}, TypeError, r"has test_accuracy=True, not a number"),
+        ({"seed": "0"}, TypeError, r"run 1 \(row 'b' seed '0'\) has a seed of type str; seeds "
+         r"are integers"),
+        ({"seed": 0}, ValueError, r"row 'b' seed 0 comes twice \(runs 0 and 1\): one run would "
+         r"count as two seeds\. Keep one of them"),
+    ],
+)  # fmt: skip
+def test_summarize_refuses_what_it_would_average_wrongly(change, error, message):
+    results = {"runs": runs("b", [(0.5, 0.4), (0.7, 0.6), (0.6, 0.5)])}
+    results["runs"][1].update(change)
+    with pytest.raises(error, match=message):
+        summarize(results)
+    del results["runs"][1]["test_accuracy"]
+    with pytest.raises(ValueError, match=r"run 1 lacks \['test_accuracy'\]; summarize reads"):
+        summarize(results)
+
+
 def test_load_results_names_a_damaged_file_and_refuses_a_run_twice(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"scripts/train_cifar10.py --data"):
         load_results(tmp_path / "missing.json")

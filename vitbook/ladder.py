@@ -323,6 +323,42 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict:
     return results
 
 
+def _summable(runs: list) -> None:
+    """Runs :func:`summarize` can average: a row, an integer seed and both accuracies as fractions
+    in [0, 1] each, and no (row, seed) twice; else a TypeError / ValueError naming the run."""
+    accuracies = ("final_val_accuracy", "test_accuracy")
+    seen: dict[tuple[str, int], int] = {}
+    for i, run in enumerate(runs):
+        missing = [key for key in ("row", "seed", *accuracies) if key not in run]
+        if missing:
+            raise ValueError(
+                f"run {i} lacks {missing}; summarize reads each run's row, seed, "
+                "final_val_accuracy and test_accuracy, as scripts/train_cifar10.py writes them."
+            )
+        row, seed = run["row"], run["seed"]
+        where = f"run {i} (row {row!r} seed {seed!r})"
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(
+                f"{where} has a seed of type {type(seed).__name__}; seeds are integers (seed '0' "
+                "and 0 would count as two seeds): write it as a number."
+            )
+        for key in accuracies:
+            value = run[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{where} has {key}={value!r}, not a number; fix the run.")
+            if not 0 <= value <= 1:  # NaN too
+                raise ValueError(
+                    f"{where} has {key}={value!r}; accuracies here are fractions in [0, 1] (79 % "
+                    "is 0.79): divide percentages by 100, or fix the run."
+                )
+        if (row, seed) in seen:
+            raise ValueError(
+                f"row {row!r} seed {seed} comes twice (runs {seen[row, seed]} and {i}): one run "
+                "would count as two seeds. Keep one of them."
+            )
+        seen[row, seed] = i
+
+
 def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
     """Per row of the ladder: seeds, mean and spread of the accuracies, wall-clock minutes.
 
@@ -334,6 +370,11 @@ def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
         ``None`` for one seed. Wall-clock minutes of runs that shared a GPU are not the time of a
         run alone.
 
+    Raises:
+        TypeError / ValueError: a run without its row, seed or accuracies, a seed that is not an
+            integer, an accuracy that is not a fraction in [0, 1] (79 beside 0.8: a percentage)
+            or NaN, a (row, seed) twice; each named with the run.
+
     Example:
         >>> runs = [{"row": "a", "seed": s, "final_val_accuracy": v, "test_accuracy": t,
         ...          "minutes": 2.0} for s, v, t in ((0, 0.8, 0.79), (1, 0.82, 0.81))]
@@ -343,6 +384,7 @@ def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
 
     See chapter: Real photos on a GPU.
     """
+    _summable(results["runs"])
     table: dict[str, dict[str, float | int | None]] = {}
     for name in dict.fromkeys(run["row"] for run in results["runs"]):
         runs = [run for run in results["runs"] if run["row"] == name]
