@@ -46,3 +46,28 @@ def test_cells_are_escaped_and_the_caption_shown():
 def test_bad_tables_are_refused(columns, rows, align, error, match):
     with pytest.raises(error, match=match):
         Table(columns, rows, align=align)
+
+
+def test_a_cell_of_several_lines_keeps_every_rendition_whole():
+    """A newline in a Markdown table row would end the row and break the table."""
+    rows = [["vit", "0.783\n(one seed)"], ["cnn\r\nr18", "0.893"]]
+    table = Table(["row", "test\naccuracy"], rows)
+    markdown = table._repr_markdown_().splitlines()
+    assert markdown == [
+        "| row | test<br>accuracy |",
+        "| :-- | --: |",
+        "| vit | 0.783<br>(one seed) |",
+        "| cnn<br>r18 | 0.893 |",
+    ]
+    page = table._repr_html_()
+    assert "<th style=\"text-align: right\">test<br>accuracy</th>" in page
+    assert "0.783<br>(one seed)</td>" in page and "\n" not in page
+    assert str(table).splitlines() == [
+        "row        test",
+        "       accuracy",
+        "vit       0.783",
+        "     (one seed)",
+        "cnn       0.893",
+        "r18",
+    ]
+    assert Table(["a"], [["<b>\nc"]])._repr_html_().count("&lt;b&gt;<br>c") == 1  # still escaped

@@ -26,7 +26,8 @@ class Table:
         columns: the header, one name per column.
         rows: one sequence of cells per row, as many cells as columns; cells are shown with
             ``str`` (format numbers before, e.g. ``f"{x:.3f}"``). An empty string leaves a cell
-            blank.
+            blank; a cell (or a column name) of several lines keeps them: ``<br>`` in HTML and
+            Markdown (whose table rows are one line each), one line of text per line.
         align: one letter per column, ``l`` (left), ``r`` (right) or ``c`` (centre); by default
             the first column left and the others right, as numbers read best.
         caption: an optional line shown above the table.
@@ -89,7 +90,7 @@ class Table:
 
     def __str__(self) -> str:
         widths = [
-            max(len(cell) for cell in column)
+            max(len(text) for cell in column for text in _lines(cell))
             for column in zip(self.columns, *self.rows, strict=True)
         ]
 
@@ -101,8 +102,14 @@ class Table:
             ]  # fmt: skip
             return "  ".join(padded).rstrip()
 
-        lines = [line(self.columns), *(line(row) for row in self.rows)]
-        return "\n".join(([self.caption] if self.caption else []) + lines)
+        def lines(cells: Sequence[str]) -> list[str]:  # a row of several-line cells
+            split = [_lines(cell) for cell in cells]
+            height = max(len(texts) for texts in split)
+            return [line([texts[k] if k < len(texts) else "" for texts in split])
+                    for k in range(height)]  # fmt: skip
+
+        text = [*lines(self.columns), *(t for row in self.rows for t in lines(row))]
+        return "\n".join(([self.caption] if self.caption else []) + text)
 
     __repr__ = __str__
 
@@ -110,7 +117,8 @@ class Table:
         rule = {"l": ":--", "r": "--:", "c": ":-:"}
 
         def line(cells: Sequence[str]) -> str:
-            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+            one_line = ("<br>".join(_lines(c)).replace("|", "\\|") for c in cells)
+            return "| " + " | ".join(one_line) + " |"
 
         lines = [line(self.columns), "| " + " | ".join(rule[a] for a in self.align) + " |"]
         lines += [line(row) for row in self.rows]
@@ -119,7 +127,8 @@ class Table:
     def _repr_html_(self) -> str:
         def cells(tag: str, values: Sequence[str]) -> str:
             return "".join(
-                f'<{tag} style="text-align: {ALIGNMENTS[a]}">{html.escape(v)}</{tag}>'
+                f'<{tag} style="text-align: {ALIGNMENTS[a]}">'
+                f'{"<br>".join(html.escape(text) for text in _lines(v))}</{tag}>'
                 for v, a in zip(values, self.align, strict=True)
             )
 
@@ -129,3 +138,8 @@ class Table:
             f'<table class="vb-table">{caption}<thead><tr>{cells("th", self.columns)}</tr>'
             f"</thead><tbody>{body}</tbody></table>"
         )
+
+
+def _lines(cell: str) -> list[str]:
+    """A cell's lines (``"\\n"``, ``"\\r\\n"`` and the like); one empty line for an empty cell."""
+    return cell.splitlines() or [""]
