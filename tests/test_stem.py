@@ -130,6 +130,14 @@ def test_bad_configurations_and_inputs_are_refused():
         ViTConfig(img_size=8, patch_size=2, embed_dim=8, depth=1, num_heads=2, stem="pixels")
     with pytest.raises(ValueError, match="embed_dim=4 is too narrow.*embed_dim >= 8"):
         conv_stem_layers(16, 4)
+    with pytest.raises(ValueError, match=r"embed_dim=12 is not a multiple of 8, so the stem's "
+                       r"widths cannot double 3 times up to it \(they would be \[1, 3, 6, 12\]\); "
+                       r"use embed_dim=8 or 16"):  # fmt: skip
+        conv_stem_layers(16, 12)
+    with pytest.raises(ValueError, match=r"embed_dim=30 is not a multiple of 4.*use embed_dim=28 "
+                       r"or 32, or a smaller patch_size"):  # fmt: skip
+        ViTConfig(img_size=16, patch_size=8, embed_dim=30, depth=1, num_heads=2, stem="conv")
+    assert [w for w, _ in conv_stem_layers(4, 30)] == [15, 30]  # one doubling: 30 is whole
     stem = ConvPatchEmbedding((H, W), P, C, D)
     with pytest.raises(ValueError, match="images have 1 channels but the model was built for"):
         stem(torch.randn(B, 1, H, W))

@@ -48,7 +48,8 @@ def conv_stem_layers(
 
     Raises:
         ValueError: P not a power of 2 (at least 2), ``depth`` below log2(P), or D too narrow
-            to halve log2(P) - 1 times.
+            to halve log2(P) - 1 times or not a multiple of 2**(log2(P) - 1) (``D = 12`` with
+            P = 16 would give widths 1, 3, 6, 12).
 
     Example:
         >>> conv_stem_layers(16, 192)
@@ -72,10 +73,19 @@ def conv_stem_layers(
     _checks.integer("stem_depth", depth, minimum=halvings,
                     fix=f"a stem for patch_size={patch_size} needs {halvings} stride-2 "
                         "convolutions; use None for exactly that many")  # fmt: skip
-    if embed_dim < 2 ** (halvings - 1):
+    step = 2 ** (halvings - 1)  # the first width is D / step
+    if embed_dim < step:
         raise ValueError(
             f"embed_dim={embed_dim} is too narrow for a stem whose widths double "
-            f"{halvings - 1} times up to it; use embed_dim >= {2 ** (halvings - 1)}."
+            f"{halvings - 1} times up to it; use embed_dim >= {step}."
+        )
+    if embed_dim % step:
+        floored = [embed_dim // 2 ** (halvings - 1 - i) for i in range(halvings)]
+        below, above = embed_dim // step * step, (embed_dim // step + 1) * step
+        raise ValueError(
+            f"embed_dim={embed_dim} is not a multiple of {step}, so the stem's widths cannot "
+            f"double {halvings - 1} times up to it (they would be {floored}); use embed_dim="
+            f"{below} or {above}, or a smaller patch_size."
         )
     widths = [embed_dim // 2 ** (halvings - 1 - i) for i in range(halvings)]
     return [(widths[0], 1)] * (depth - halvings) + [(w, 2) for w in widths]
