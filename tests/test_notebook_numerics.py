@@ -38,10 +38,13 @@ def clean_env(**variables: str) -> dict[str, str]:
 
 
 def test_the_notebooks_run_on_other_kernels_and_threads_than_the_build():
-    env = clean_env(OMP_NUM_THREADS="2")  # the book build: this machine's kernels, 2 threads
+    # The book build: this machine's kernels, 2 threads (tasks.py sets OMP_NUM_THREADS and
+    # MKL_NUM_THREADS, and torch takes MKL's where both are set: the test run exports 1).
+    build_threads = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+    env = clean_env(**build_threads)
     variables = foreign_numerics(env)
-    native = run_under({"OMP_NUM_THREADS": "2"} | {k: v for k, v in env.items()
-                                                   if k.startswith(("ATEN", "ONEDNN", "MKL_E"))})
+    native = run_under(build_threads | {k: v for k, v in env.items()
+                                        if k.startswith(("ATEN", "ONEDNN", "MKL_E"))})
     foreign = run_under(variables)
     assert foreign["threads"] != native["threads"]
     if native["capability"] in ("avx2", "avx512"):  # x86 with vector kernels: others chosen

@@ -83,17 +83,21 @@ class PairedDifference:
     def describe(self, *, scale: float = 100.0, unit: str = " points", digits: int = 1) -> str:
         """The difference as the book writes it, in percentage points by default:
         ``+2.4 points (95% interval -4.9 to +9.7; 3 of 5 seeds agree)``."""
-
-        def signed(value: float) -> str:
-            text = f"{value * scale:+.{digits}f}"
-            return "0.0" if float(text) == 0 else text.replace("-", "\u2212")
-
+        mean = _signed(self.mean, scale, digits)
         if self.low is None:
-            return f"{signed(self.mean)}{unit} (one seed: no interval)"
-        return (
-            f"{signed(self.mean)}{unit} (95% interval {signed(self.low)} to {signed(self.high)}; "
-            f"{self.agree} of {self.n} seeds agree)"
-        )
+            return f"{mean}{unit} (one seed: no interval)"
+        low, high = _signed(self.low, scale, digits), _signed(self.high, scale, digits)
+        return f"{mean}{unit} (95% interval {low} to {high}; {self.agree} of {self.n} seeds agree)"
+
+    def cell(self, *, scale: float = 100.0, digits: int = 1) -> str:
+        """The difference as a table cell of two short lines, the mean, then the 95% interval and
+        the seeds that agree in sign: ``+2.4`` over ``(-4.9 to +9.7; 3 of 5)``. The cell wraps
+        between its lines, never inside a number, so that a table of them fits a phone."""
+        mean = _signed(self.mean, scale, digits)
+        if self.low is None:
+            return f"{mean}\n(one seed)"
+        low, high = _signed(self.low, scale, digits), _signed(self.high, scale, digits)
+        return f"{mean}\n({low} to {high}; {self.agree} of {self.n})"
 
     def verdict(self, a: str, b: str) -> str:
         """One sentence: which setting the seeds put ahead, or that they cannot tell."""
@@ -101,6 +105,12 @@ class PairedDifference:
             ahead, behind = (a, b) if self.mean > 0 else (b, a)
             return f"{ahead} is ahead of {behind}: {self.describe()}."
         return f"the seeds cannot tell {a} from {b}: {a} - {b} = {self.describe()}."
+
+
+def _signed(value: float, scale: float, digits: int) -> str:
+    """``value * scale`` with its sign and a true minus sign; 0.0 without a sign."""
+    text = f"{value * scale:+.{digits}f}"
+    return "0.0" if float(text) == 0 else text.replace("-", "\u2212")
 
 
 def _by_seed(values: Mapping[int, float], name: str) -> dict[int, float]:
