@@ -21,7 +21,8 @@ from booktools import (
 
 NOTEBOOKS = [path for path in book_sources() if path.suffix == ".ipynb"]
 COLAB_INSTALL = re.compile(
-    r'^import sys\n\nif "google\.colab" in sys\.modules:\n'
+    r'^import sys\n\nif "google\.colab" in sys\.modules:'
+    r"  # tested with torch 2\.13 and Colab's 2\.11\n"  # as pyproject.toml and the README say
     r'    %pip install -q "vitbook @ git\+(?P<url>[^"@]+)"\n?$'
 )
 FENCE = re.compile(r"^\s*(```|~~~|:::)")
@@ -243,6 +244,16 @@ def test_notebook_starts_with_the_colab_install_cell(notebook, book_config):
     assert match["url"] == book_config["repository"]["url"], (
         "the install cell's URL must equal repository.url in _config.yml"
     )
+
+
+def test_the_tested_torch_releases_are_said_alike_where_readers_look():
+    """The install cells (checked above), the README and pyproject.toml name the same releases:
+    the pinned one that every test run uses and Colab's."""
+    pinned = re.search(r"^torch==([\d.]+)", (ROOT / "constraints.txt").read_text(), re.M)[1]
+    about = (ROOT / "README.md").read_text().split("## About torch", 1)[1].split("\n## ", 1)[0]
+    assert pinned == "2.13.0" and f"**{pinned}**" in about
+    assert "**2.11.0**, Colab's release" in about
+    assert '"torch>=2.11",' in (ROOT / "pyproject.toml").read_text()
 
 
 # --- _config.yml ----------------------------------------------------------------------------

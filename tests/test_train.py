@@ -135,7 +135,9 @@ def test_other_errors():
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16", "auto"])
 def test_each_precision_trains_on_the_cpu(precision):
     data = toy_problem()
-    history = fit(tiny_vit(), data, epochs=12, lr=3e-3, batch_size=16, precision=precision,
+    # 20 epochs: over 12 seeds of the model, in every precision, under torch 2.11 and 2.13, the
+    # last epoch's loss ended at 0.57 to 0.70 of the first (after 12 epochs: up to 0.91)
+    history = fit(tiny_vit(), data, epochs=20, lr=3e-3, batch_size=16, precision=precision,
                   progress=False)  # fmt: skip
     assert history.precision == ("fp32" if precision == "auto" else precision)
     assert history.train_loss[-1] < 0.8 * history.train_loss[0]

@@ -328,6 +328,11 @@ def test_distilled_state_dict_keys_follow_timm():
     assert model.pos_embed.shape == (1, 2 + 3 * 5, 24)  # both prefix tokens have a position
 
 
+@pytest.mark.skipif(
+    torch.__version__.split("+")[0] != "2.13.0",
+    reason=f"recorded with torch 2.13.0's random stream; torch {torch.__version__} draws "
+           "other initial weights from the same seed",
+)
 def test_without_the_new_options_the_model_is_built_exactly_as_before():
     # Recorded at commit fd21d46, before the distillation token and the stem existed
     # (torch 2.13.0, CPU): the same seed gives the same weights, and the random stream
