@@ -90,14 +90,14 @@ class PairedDifference:
         return f"{mean}{unit} (95% interval {low} to {high}; {self.agree} of {self.n} seeds agree)"
 
     def cell(self, *, scale: float = 100.0, digits: int = 1) -> str:
-        """The difference as a table cell of two short lines, the mean, then the 95% interval and
-        the seeds that agree in sign: ``+2.4`` over ``(-4.9 to +9.7; 3 of 5)``. The cell wraps
+        """The difference as a table cell of three short lines: the mean, the 95% interval and
+        how many seeds agree in sign (``+2.4``, ``-4.9 to +9.7``, ``3 of 5``). The cell wraps
         between its lines, never inside a number, so that a table of them fits a phone."""
         mean = _signed(self.mean, scale, digits)
         if self.low is None:
-            return f"{mean}\n(one seed)"
+            return f"{mean}\none seed"
         low, high = _signed(self.low, scale, digits), _signed(self.high, scale, digits)
-        return f"{mean}\n({low} to {high}; {self.agree} of {self.n})"
+        return f"{mean}\n{low} to {high}\n{self.agree} of {self.n}"
 
     def verdict(self, a: str, b: str) -> str:
         """One sentence: which setting the seeds put ahead, or that they cannot tell."""
