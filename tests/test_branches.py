@@ -82,7 +82,7 @@ elif not {checkpoint!r} and repo.exists():
     repo.rename(hidden)"""
 
 
-SHOW_PIP = 'print("pip calls:", PIP_CALLS)'
+SHOW_PIP = 'print(f"pip calls: {PIP_CALLS!r}")'  # one write: one stream output
 END = "=== the end of a branch ==="
 
 
@@ -209,8 +209,11 @@ def notes(shown: str) -> list[str]:
 
 
 def pip_calls(shown: str) -> list[str]:
-    line = next(line for line in shown.splitlines() if line.startswith("pip calls: "))
-    return ast.literal_eval(line.removeprefix("pip calls: "))
+    """The pip calls that SHOW_PIP printed (a kernel may split a print into several stream
+    outputs, which ``shown`` joins with newlines)."""
+    found = re.search(r"pip calls:\s*(\[.*?\])\s*$", shown, re.M)
+    assert found, f"SHOW_PIP printed nothing: {shown[-500:]}"
+    return ast.literal_eval(found[1])
 
 
 def installs_this_commit(shown: str) -> None:
