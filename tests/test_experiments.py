@@ -3,11 +3,11 @@
 import importlib.util
 import json
 import math
-import platform
 from pathlib import Path
 
 import pytest
 import torch
+from machines import made_here
 
 from vitbook.experiments import (
     BASE_VIT,
@@ -15,8 +15,6 @@ from vitbook.experiments import (
     EXPERIMENTS,
     RECIPE,
     RESULTS_PATH,
-    _cpu_capability,
-    _cpu_model_name,
     build_model,
     load_results,
     reproduce,
@@ -155,16 +153,8 @@ def test_summary_is_the_spread_of_the_runs(results, metric):
 
 
 def same_machine(results) -> bool:
-    """Whether the file was written here: the same CPU model and vector kernels (a file that
-    does not record its kernels cannot be shown to be), the same torch and Python."""
-    here = (
-        _cpu_model_name(), _cpu_capability(), torch.__version__, platform.python_version()
-    )
-    parts = provenances(results["experiments"]["data_size"]["provenance"])
-    return all(
-        (part["cpu"], part.get("cpu_capability"), part["torch"], part["python"]) == here
-        for part in parts
-    )
+    """Whether the file was written here (tests/machines.py, made_here)."""
+    return made_here(provenances(results["experiments"]["data_size"]["provenance"]))
 
 
 @pytest.mark.parametrize(("experiment", "label", "seed"), SLICES)

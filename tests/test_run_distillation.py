@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from machines import FAKES, another_machine, pretend
 
 from vitbook import distill_digits
 from vitbook.distill_digits import RESULTS_PATH, load_results
@@ -96,19 +97,31 @@ def test_seeds_and_settings_are_named_once(script, capsys):
     refused(script, capsys, ["--seeds", "-1"], "seeds are 0 or more")
 
 
-def test_runs_of_another_machine_join_only_when_allowed(recorded, script, capsys):
+@pytest.mark.parametrize("faked", [None, *FAKES], ids=["this machine", *FAKES])
+def test_runs_of_another_machine_join_only_when_allowed(tmp_path, one_epoch, script, capsys,
+                                                        monkeypatch, faked):  # fmt: skip
+    """'Another machine' is derived from the one the script sees, so the test means the same on
+    an AMD EPYC, an Intel Xeon or any other CPU; it runs as this machine and as both fakes."""
+    if faked is not None:
+        pretend(monkeypatch, FAKES[faked], script)
+    recorded = tmp_path / "a.json"
+    script.run(["CNN teacher"], [0, 1], recorded)
+    here = (script._cpu_model_name(), script._cpu_capability())
+    assert [(e["cpu"], e["cpu_capability"]) for e in load_results(recorded)["provenance"]] == [
+        here]  # fmt: skip
+    cpu, capability = another_machine(here)
     other = json.loads(recorded.read_text())
     for entry in other["provenance"]:
-        entry.update(cpu="AMD EPYC", cpu_capability="AVX2")
+        entry.update(cpu=cpu, cpu_capability=capability)
     recorded.write_text(json.dumps(other))
     before = recorded.read_bytes()
-    refused(script, capsys, ["--only", "CNN teacher", "--seeds", "2", "--out", str(recorded)],
-            "different machines or software: AMD EPYC, AVX2")  # fmt: skip
+    argv = ["--only", "CNN teacher", "--seeds", "2", "--out", str(recorded)]
+    message = refused(script, capsys, argv, "different machines or software")
+    assert f"{cpu}, {capability}" in message and f"{here[0]}, {here[1]}" in message
     assert recorded.read_bytes() == before
-    script.main(["--only", "CNN teacher", "--seeds", "2", "--out", str(recorded),
-                 "--allow-mixed"])  # fmt: skip
+    script.main([*argv, "--allow-mixed"])
     joined = load_results(recorded)
-    assert [entry["cpu"] for entry in joined["provenance"]][0] == "AMD EPYC"
+    assert [entry["cpu"] for entry in joined["provenance"]] == [cpu, here[0]]
     assert joined["runs"]["CNN teacher"][2]["process"] == 1
 
 

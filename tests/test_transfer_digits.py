@@ -3,15 +3,14 @@
 import importlib.util
 import json
 import math
-import platform
 import statistics
 from pathlib import Path
 
 import pytest
 import torch
+from machines import made_here
 
 from vitbook.checkpoints import read_metadata
-from vitbook.experiments import _cpu_capability, _cpu_model_name
 from vitbook.train import evaluate
 from vitbook.transfer_digits import (
     HIGH_RES,
@@ -212,16 +211,8 @@ def test_summary_is_the_spread_of_the_runs(results, metric):
 
 
 def same_machine(results) -> bool:
-    """Whether the file was written here: the same CPU model and vector kernels (a file that
-    does not record its kernels cannot be shown to be), the same torch and Python."""
-    here = (
-        _cpu_model_name(), _cpu_capability(), torch.__version__, platform.python_version()
-    )
-    parts = provenances(results["provenance"])
-    return all(
-        (part["cpu"], part.get("cpu_capability"), part["torch"], part["python"]) == here
-        for part in parts
-    )
+    """Whether the file was written here (tests/machines.py, made_here)."""
+    return made_here(provenances(results["provenance"]))
 
 
 @pytest.mark.parametrize(("setting", "shots", "seed"), SLICES)
