@@ -383,12 +383,11 @@ def test_the_colab_button_is_pointed_at_the_generated_copy():
 # --- written for Colab: every copy, chapters added later included -----------------------------
 
 # What a notebook must not say: it is not a page of the HTML book, nor a "copy of the book" that
-# was built, and a Colab reader needs no button to open Colab.
+# was built, and a reader of a notebook has no rocket button (only the HTML book has one).
 HTML_PAGE_WORDING = re.compile(
     r"\bthis\s+page\b|\bthe\s+page\s+you\s+are\s+reading\b|\bthis\s+copy\s+of\s+the\s+book\b"
     r"|\bbuilt\s+this\s+page\b|\bwhen\s+the\s+page\s+was\s+built\b|\bhidden\s+on\s+the\s+page\b"
-    r"|\bthe\s+published\s+page\b|rocket\s+button\s+at\s+the\s+top\s+of\s+(?:the|this)\s+page"
-    r"|rocket\s+button\s+at\s+the\s+top\s+of\s+a\s+chapter\)",
+    r"|\bthe\s+published\s+page\b|\brocket\s+button",
     re.IGNORECASE,
 )
 # A citation as the copies write it, "Author et al., 2021" (the link's text), several with "; ".

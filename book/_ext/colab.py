@@ -88,10 +88,7 @@ REWORDED = (
     ("so that this page stays under 5 MB", "so that its page in the HTML book stays under 5 MB"),
     ("This page, which shows every explorer", "This appendix, which shows every explorer"),
     ("here in the HTML pages, with no Python", "in the HTML pages, with no Python"),
-    (
-        "(the rocket button at the top of a chapter)",
-        "(the rocket button at the top of each chapter of the HTML book opens it)",
-    ),
+    ("**In Colab** (the rocket button at the top of a chapter), run", "**In Colab**, run"),
     (
         "Every figure so far was drawn when the page was built.",
         "Every figure so far was drawn by Python when its cell ran.",
