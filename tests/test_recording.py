@@ -12,7 +12,6 @@ import math
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -64,12 +63,18 @@ def by_run(folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def plan(script, tmp_path_factory):
     """A budget of a few seconds and the epochs that make the plan about six such budgets on
-    this machine (from an epoch measured here), and the uninterrupted session that records it."""
+    this machine, and the uninterrupted session that records it.
+
+    The epoch is the fastest of the calibration's (the first, with its set-up, aside): the
+    machine's load changes while the tests run (another worker executes notebooks beside this
+    one), and a plan sized by a median epoch of a busy moment fitted in two budgets once its
+    epochs ran three times faster. Sized by the fastest epoch seen, the plan needs about six
+    budgets when every epoch is that fast, and more when they are slower."""
     root = tmp_path_factory.mktemp("recording")
-    assert script.main([*PLAN, "--rows", "vit-50", "--epochs", "4", "--state",
+    assert script.main([*PLAN, "--rows", "vit-50", "--epochs", "6", "--state",
                         str(root / "calibration")]) == 0  # fmt: skip
     timing = json.loads((root / "calibration" / "runs" / "vit-50-seed0.json").read_text())
-    epoch = statistics.median(timing["timing"][0]["seconds"][1:])
+    epoch = min(timing["timing"][0]["seconds"][1:])
     budget_s = min(12.0, max(4.0, 4 * epoch + 2))
     per_budget = max(1.0, (budget_s - 1.5) / epoch - 1.25)  # set-up, the margin, the safety
     epochs = min(40, max(4, math.ceil(6 * per_budget / len(ROWS))))
