@@ -181,11 +181,11 @@ def cpu_flags() -> set[str]:
 def pair_kernel_caps(env: dict[str, str]) -> None:
     """Cap oneDNN below AMX when ATen is capped below AVX-512 on a CPU with AMX.
 
-    ATEN_CPU_CAPABILITY=default (or avx2) gives the CPU kernels of an older machine, as the
-    README suggests for trying the book on another arithmetic. On a CPU with AMX, torch 2.13's
-    bf16 attention then fails ("pack_vnni2 is only supported when avx512 is supported": oneDNN
-    still packs for AMX while ATen's AVX-512 code is switched off), a combination no real machine
-    has. Capping oneDNN at AVX-512 with BF16 as well makes the pair consistent.
+    ATEN_CPU_CAPABILITY=default (or avx2) gives the CPU kernels of an older machine, as
+    CONTRIBUTING.md suggests for trying the book on another arithmetic. On a CPU with AMX, torch
+    2.13's bf16 attention then fails ("pack_vnni2 is only supported when avx512 is supported":
+    oneDNN still packs for AMX while ATen's AVX-512 code is switched off), a combination no real
+    machine has. Capping oneDNN at AVX-512 with BF16 as well makes the pair consistent.
     """
     aten = env.get("ATEN_CPU_CAPABILITY", "").strip().lower()
     if aten in ("default", "avx2") and "ONEDNN_MAX_CPU_ISA" not in env:
