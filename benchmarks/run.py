@@ -62,7 +62,7 @@ def run_benchmarks(sections: list[str], *, quick: bool = False, echo: bool = Tru
         raise ValueError(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
     set_threads(THREADS)
     report = {
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "quick": quick,
         "machine": machine(),
         "section_seconds": {},
