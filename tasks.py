@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Set up, test and build vitbook with nothing but Python 3.10+ and pip.
+"""Set up, test and build vitbook with nothing but Python 3.11.5+ and pip.
 
     python3 tasks.py test   # ruff, then pytest: unit tests, doctests, book build, notebooks
     python3 tasks.py book   # build the HTML book into _build/html
@@ -181,11 +181,11 @@ def cpu_flags() -> set[str]:
 def pair_kernel_caps(env: dict[str, str]) -> None:
     """Cap oneDNN below AMX when ATen is capped below AVX-512 on a CPU with AMX.
 
-    ATEN_CPU_CAPABILITY=default (or avx2) gives the CPU kernels of an older machine, as the
-    README suggests for trying the book on another arithmetic. On a CPU with AMX, torch 2.13's
-    bf16 attention then fails ("pack_vnni2 is only supported when avx512 is supported": oneDNN
-    still packs for AMX while ATen's AVX-512 code is switched off), a combination no real machine
-    has. Capping oneDNN at AVX-512 with BF16 as well makes the pair consistent.
+    ATEN_CPU_CAPABILITY=default (or avx2) gives the CPU kernels of an older machine, as
+    CONTRIBUTING.md suggests for trying the book on another arithmetic. On a CPU with AMX, torch
+    2.13's bf16 attention then fails ("pack_vnni2 is only supported when avx512 is supported":
+    oneDNN still packs for AMX while ATen's AVX-512 code is switched off), a combination no real
+    machine has. Capping oneDNN at AVX-512 with BF16 as well makes the pair consistent.
     """
     aten = env.get("ATEN_CPU_CAPABILITY", "").strip().lower()
     if aten in ("default", "avx2") and "ONEDNN_MAX_CPU_ISA" not in env:
@@ -328,8 +328,9 @@ def main() -> int:
     args, extra = parser.parse_known_args()
     if args.command in ("book", "colab") and extra:
         parser.error(f"unexpected arguments for {args.command}: {' '.join(extra)}")
-    if sys.version_info < (3, 10):  # noqa: UP036 (the guard is for older interpreters)
-        sys.exit(f"[tasks] vitbook needs Python 3.10 or newer, not {sys.version.split()[0]}")
+    if sys.version_info < (3, 11, 5):  # noqa: UP036 (the guard is for older interpreters)
+        # The oldest Python that every pin of constraints.txt installs on (tests/test_project.py).
+        sys.exit(f"[tasks] vitbook needs Python 3.11.5 or newer, not {sys.version.split()[0]}")
     os.chdir(ROOT)
     classic_ready = start_classic_venv() if args.command == "test" else None
     try:

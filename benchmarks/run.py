@@ -62,7 +62,7 @@ def run_benchmarks(sections: list[str], *, quick: bool = False, echo: bool = Tru
         raise ValueError(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
     set_threads(THREADS)
     report = {
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "quick": quick,
         "machine": machine(),
         "section_seconds": {},
@@ -95,7 +95,8 @@ def machine_line(info: dict) -> str:
 
 
 def report_markdown(report: dict) -> str:
-    """The report as the README's Performance section: machine, command, timings, tables."""
+    """The report as benchmarks/RESULTS.md's Performance section: machine, command, timings,
+    tables."""
     seconds = ", ".join(f"{name} {s:.0f} s" for name, s in report["section_seconds"].items())
     lines = [
         "## Performance",
@@ -245,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="toy sizes, no book build")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the report here")
     parser.add_argument(
-        "--markdown", type=Path, metavar="PATH", help="also write the README's Performance section"
+        "--markdown",
+        type=Path,
+        metavar="PATH",
+        help="also write the Performance section (as benchmarks/RESULTS.md holds it)",
     )
     parser.add_argument(
         "--only",

@@ -95,7 +95,7 @@ def _key(setting: dict[str, object]) -> str:
 def _provenance(names: list[str], seeds: list[int], seconds: float, load: list[float]) -> dict:
     return {
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "experiments_run": names,
         "seeds": seeds,
         "git_commit": _git_commit(),

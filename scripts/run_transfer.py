@@ -90,7 +90,7 @@ def _git_commit() -> str:
 def _provenance(settings: list[str], seeds: list[int], seconds: float, load: list[float]) -> dict:
     return {
         "command": "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "settings_run": settings,
         "seeds": seeds,
         "git_commit": _git_commit(),

@@ -338,7 +338,7 @@ def provenance(args, splits: ImageSplits, processes: int, device: torch.device) 
     return {
         "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
         "processes": processes,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "git_commit": commit,
         "device": gpu or f"CPU ({platform.processor() or platform.machine()})",
         "gpu": gpu,
@@ -387,7 +387,7 @@ def merge(args, parser: argparse.ArgumentParser) -> None:
         parts = [(str(path), records.read_json(path, remedy="pass a file written by this "
                                                "script.")) for path in args.merge]  # fmt: skip
         note = {"command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
-                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                 "files": [str(path) for path in args.merge]}  # fmt: skip
         joined = records.join(parts, allow_mixed=args.allow_mixed, note=note)
     except (OSError, ValueError) as error:
@@ -891,7 +891,7 @@ def one_session(args, todo, splits, identity, device, session, deadline, stop, c
 
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def report(args, session: int, used: float, chooser: Concurrency, notes: list[str],

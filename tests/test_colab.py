@@ -99,8 +99,9 @@ def test_every_code_cell_is_there_in_order_and_the_install_cell_first(generated)
     for page, (source, notebook) in generated.items():
         theirs = [text(c) for c in source["cells"] if c["cell_type"] == "code"]
         ours = [text(c) for c in notebook["cells"] if c["cell_type"] == "code"]
-        # A solution only gains its title line; the install cell installs the copy's commit.
-        ours = [re.sub(r"^#@title Solution\n", "", code) for code in ours]
+        # A folded cell only gains its title line (after any cell magic); the install cell
+        # installs the copy's commit.
+        ours = [re.sub(r"^((?:%%.*\n)*)#@title [^\n]+\n", r"\1", code) for code in ours]
         assert f'git+{url}@{commit}"' in ours[0] and f'git+{url}"' in theirs[0], page
         ours[0] = ours[0].replace(f"@{commit}", "")
         assert ours == theirs, f"{page}: the code cells differ from the source's"
@@ -110,17 +111,53 @@ def test_every_code_cell_is_there_in_order_and_the_install_cell_first(generated)
         assert notebook["metadata"]["kernelspec"]["name"] == "python3"
 
 
+def tagged(cells: list[dict], tag: str) -> list[dict]:
+    return [c for c in cells if c["cell_type"] == "code" and tag in c["metadata"].get("tags", [])]
+
+
 def test_solutions_are_collapsed_cells_after_their_stub(generated):
     solutions = 0
     for page, (source, notebook) in generated.items():
-        hidden = [c for c in source["cells"] if "hide-cell" in c["metadata"].get("tags", [])]
-        forms = [c for c in notebook["cells"] if c["metadata"].get("cellView") == "form"]
-        assert len(forms) == len(hidden), f"{page}: {len(hidden)} solutions, {len(forms)} forms"
+        hidden = tagged(source["cells"], "hide-cell")
+        forms = tagged(notebook["cells"], "hide-cell")
+        assert len(forms) == len(hidden), f"{page}: {len(hidden)} solutions, {len(forms)} copied"
         for cell in forms:
             assert text(cell).startswith("#@title Solution\n"), text(cell)[:80]
+            assert cell["metadata"]["cellView"] == "form"
             assert cell["metadata"]["jupyter"]["source_hidden"] is True
         solutions += len(forms)
     assert solutions >= 20
+
+
+def test_folded_checks_are_collapsed_cells_titled_by_their_button(generated):
+    """A cell the HTML book folds (``hide-input``: a check, a table read from a recorded file)
+    is collapsed in the copy too, titled as its button reads there ("Show the check" gives
+    "The check"), and keeps its output in view: only the source is hidden."""
+    folded = 0
+    titles = set()
+    for page, (source, notebook) in generated.items():
+        theirs = tagged(source["cells"], "hide-input")
+        ours = tagged(notebook["cells"], "hide-input")
+        assert len(ours) == len(theirs), page
+        for original, cell in zip(theirs, ours, strict=True):
+            prompt = original["metadata"].get("mystnb", {}).get("code_prompt_show")
+            words = prompt.removeprefix("Show ") if prompt else "the code"
+            title = words[:1].upper() + words[1:]
+            first = text(cell).split("\n", 1)[0]
+            assert first == f"#@title {title}", (page, first, prompt)
+            assert cell["metadata"]["cellView"] == "form", page
+            assert cell["metadata"]["jupyter"]["source_hidden"] is True, page
+            assert "outputs_hidden" not in cell["metadata"]["jupyter"], page
+            titles.add(title)
+        folded += len(ours)
+        shown = [
+            c for c in notebook["cells"]
+            if c["cell_type"] == "code" and not {"hide-cell", "hide-input"} & set(
+                c["metadata"].get("tags", []))
+        ]  # fmt: skip
+        assert not [c for c in shown if c["metadata"].get("cellView")], page
+        assert not [c for c in shown if text(c).startswith("#@title")], page
+    assert folded >= 100 and "The check" in titles
 
 
 def test_pitfalls_citations_and_links_read_as_plain_markdown(generated):
@@ -245,14 +282,36 @@ def test_captions_follow_their_figure_and_cell_magics_stay_first():
             "cell_type": "code", "metadata": {"tags": ["hide-cell"]}, "source": "%%time\nsolve()",
             "outputs": [], "execution_count": None, "id": "c",
         },
+        {
+            "cell_type": "code",
+            "metadata": {"tags": ["hide-input"], "mystnb": {"code_prompt_show": "Show the check"}},
+            "source": "%%time\nassert check()", "outputs": [], "execution_count": None, "id": "d",
+        },
+        {
+            "cell_type": "code", "metadata": {"tags": ["hide-input"]}, "source": "table()",
+            "outputs": [], "execution_count": None, "id": "e",
+        },
+        {
+            "cell_type": "code", "metadata": {"tags": ["hide-output"]}, "source": "shown()",
+            "outputs": [], "execution_count": None, "id": "f",
+        },
     ]  # fmt: skip
     source = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     out = colab.convert_notebook(book, "book/attention", source)["cells"]
-    assert [c["cell_type"] for c in out] == ["markdown", "code", "markdown", "code"]
+    kinds = ["markdown", "code", "markdown", "code", "code", "code", "code"]
+    assert [c["cell_type"] for c in out] == kinds
     notation = f"{book.site}book/notation.html"
     chapter = colab.chapter_numbers()["book/attention"]
     assert out[2]["source"] == f"**Fig. {chapter}.1:** A [Notation and shapes]({notation}) map"
     assert out[3]["source"] == "%%time\n#@title Solution\nsolve()"
+    # A folded check: collapsed (Colab's form view shows its title and its output), titled by
+    # its button in the HTML book, or "The code" where it names none.
+    assert out[4]["source"] == "%%time\n#@title The check\nassert check()"
+    assert out[5]["source"] == "#@title The code\ntable()"
+    for cell in out[3:6]:
+        assert cell["metadata"]["cellView"] == "form"
+        assert cell["metadata"]["jupyter"] == {"source_hidden": True}
+    assert out[6]["source"] == "shown()" and "cellView" not in out[6]["metadata"]
 
 
 def write_book(folder, toc: str, multitoc: bool = True) -> None:
@@ -296,7 +355,9 @@ def test_chapter_numbers_come_from_the_toc(tmp_path):
 def test_figures_are_numbered_within_their_chapter():
     book = colab.load_book(ROOT)
     numbers = colab.chapter_numbers()
-    assert numbers["book/patches"] == 1 and "book/notation" not in numbers
+    assert numbers["book/whole_vit"] == 1 and numbers["book/patches"] == 2
+    assert numbers["book/notation"] > numbers["book/attention_cost"], "the appendix comes last"
+    assert "book/bibliography" not in numbers
     checked = 0
     for page in colab.chapters(book):
         source = json.loads((ROOT / f"{page}.ipynb").read_text(encoding="utf-8"))

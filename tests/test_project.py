@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -11,15 +12,18 @@ import pytest
 import yaml
 from booktools import ROOT
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 reads TOML with tomli, a dependency of pytest there
-    import tomli as tomllib
-
 LOCK = ROOT / "constraints.txt"
+# The documents outside the book: the README for readers, the others for maintainers.
+DOCUMENTS = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    ROOT / "scripts" / "README.md",
+    ROOT / "benchmarks" / "README.md",
+]
 STAMP_NAME = "vitbook-requirements.sha256"  # tasks.py writes it into the .venv it manages
 NOT_LOCKED = {"vitbook", "pip", "setuptools", "wheel"}
 
@@ -131,7 +135,7 @@ def test_repository_url_is_the_same_everywhere():
     config = full["repository"]
     colab_branch = full["sphinx"]["config"]["colab_branch"]  # Colab opens the generated copies
     owner_repo = config["url"].removeprefix("https://github.com/")
-    files = [ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "book").rglob("*.*"))]
+    files = [*DOCUMENTS, ROOT / "pyproject.toml", *sorted((ROOT / "book").rglob("*.*"))]
     github = re.compile(
         r"github\.com/([\w.-]*vitbook[\w.-]*/[\w.-]+|[\w.-]+/[\w.-]*vitbook[\w.-]*)"
     )
@@ -188,3 +192,101 @@ def test_the_publish_workflow_builds_online_caches_the_hub_and_pushes_the_colab_
     assert "_build/colab" in push and "git add README.md book" in push
     # The README's test command stays offline: tasks.py defaults to HF_HUB_OFFLINE=1.
     assert 'env.setdefault("HF_HUB_OFFLINE", "1")' in (ROOT / "tasks.py").read_text()
+
+
+# --- the Python floor ------------------------------------------------------------------------
+
+FLOOR_SAID = re.compile(r"Python (\d+\.\d+(?:\.\d+)?) or newer")
+
+
+def stated_floor(path: Path) -> Version:
+    found = set(FLOOR_SAID.findall(path.read_text(encoding="utf-8")))
+    assert len(found) == 1, f"{path.name} names one Python floor ('Python X.Y.Z or newer'): {found}"
+    return Version(found.pop())
+
+
+def guarded_floor() -> Version:
+    """The version below which tasks.py refuses to run, and the floor its docstring names."""
+    text = (ROOT / "tasks.py").read_text(encoding="utf-8")
+    guard = re.search(r"if sys\.version_info < \((\d+), (\d+)(?:, (\d+))?\):", text)
+    assert guard, "tasks.py checks sys.version_info before it creates .venv"
+    floor = Version(".".join(part for part in guard.groups() if part is not None))
+    assert f"Python {floor}+" in text.split('"""', 2)[1], "tasks.py's docstring names its floor"
+    assert f"Python {floor} or newer" in text, "tasks.py's refusal names the floor"
+    return floor
+
+
+def one_below(version: Version) -> Version:
+    """The last release before ``version``: 3.11.4 before 3.11.5, 3.10.99 before 3.11.0."""
+    major, minor, micro = (*version.release, 0, 0)[:3]
+    return Version(f"{major}.{minor}.{micro - 1}" if micro else f"{major}.{minor - 1}.99")
+
+
+def test_the_python_floor_is_said_alike_and_the_pins_install_on_it():
+    """The README, CONTRIBUTING.md and tasks.py's guard name one floor; pyproject.toml's
+    requires-python admits it; and it is the oldest Python on which every pin of
+    constraints.txt installs, by each pinned distribution's own Requires-Python (read from the
+    installed copies: pip cannot resolve for another Python offline)."""
+    floor = stated_floor(ROOT / "README.md")
+    assert stated_floor(ROOT / "CONTRIBUTING.md") == floor
+    assert guarded_floor() == floor
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    package = SpecifierSet(pyproject["project"]["requires-python"])
+    assert package.contains(floor), f"requires-python {package} refuses the stated {floor}"
+    assert not package.contains(Version(f"{floor.major}.{floor.minor - 1}")), (
+        f"requires-python {package} admits a minor release below the stated floor {floor}"
+    )
+    target = pyproject["tool"]["ruff"]["target-version"]
+    assert target == f"py{floor.major}{floor.minor}", "ruff checks for the floor's minor release"
+    needs, checked = {}, 0
+    for name, pin in lock_pins().items():
+        version = installed_version(name)
+        if version is None or public(version) != Version(pin):
+            continue  # not installed here at its pinned version: its metadata is another's
+        checked += 1
+        requires = metadata.metadata(name).get("Requires-Python")
+        if requires:
+            needs[name] = SpecifierSet(requires)
+    assert checked >= 20, "the lock's packages are installed here"
+    refused = {name: str(spec) for name, spec in needs.items() if not spec.contains(floor)}
+    assert not refused, f"pinned packages that do not install on Python {floor}: {refused}"
+    if checked == len(lock_pins()):  # every pin seen: the floor is also the tightest one
+        below = one_below(floor)
+        binding = {name: str(spec) for name, spec in needs.items() if not spec.contains(below)}
+        assert binding, f"every pin installs on Python {below}: lower the stated floor"
+
+
+# --- the README, for readers -----------------------------------------------------------------
+
+
+def test_the_readme_is_for_readers_and_links_the_maintainers_documents():
+    """The README's first screen says what the book is, where to read it and the two commands;
+    everything for maintainers lives in the documents it links."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = readme.splitlines()
+    assert len(lines) <= 250, f"the README has {len(lines)} lines: move maintainers' text out"
+    first = next(i for i, line in enumerate(lines) if line.startswith("python3 tasks.py "))
+    assert first < 40, f"the first command is on line {first + 1} of the README"
+    assert "python3 tasks.py book" in readme and "python3 tasks.py test" in readme
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import colab
+
+    site = colab.site_url(yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8")))
+    assert site in "\n".join(lines[:20]), f"the README's first screen links the book, {site}"
+    for page in colab.toc_pages(ROOT):
+        if page != "book/intro" and page.startswith("book/") and page != "book/bibliography":
+            assert f"{site}{page}.html" in readme, f"the README links {page}"
+    for document in ("CONTRIBUTING.md", "scripts/README.md", "benchmarks/README.md"):
+        assert f"]({document}" in readme, f"the README links {document}"
+
+
+MARKDOWN_LINK = re.compile(r"\]\((?!https?://|mailto:|#)([^)\s#]+)(#[^)\s]*)?\)")
+
+
+def test_the_documents_relative_links_lead_to_files_that_exist():
+    broken = []
+    for document in DOCUMENTS:
+        for target, _ in MARKDOWN_LINK.findall(document.read_text(encoding="utf-8")):
+            if not (document.parent / target).exists():
+                broken.append((str(document.relative_to(ROOT)), target))
+    assert not broken, f"relative links to missing files (document, link): {broken}"

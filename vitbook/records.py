@@ -130,7 +130,7 @@ def new_path(folder: str | os.PathLike, stem: str, suffix: str = ".json") -> Pat
 
     See chapter: Real photos on a GPU.
     """
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     path = Path(folder) / f"{stem}-{stamp}{suffix}"
     count = 2
     while path.exists():

@@ -13,6 +13,10 @@ show it as raw text. This module writes a plain copy of every chapter listed in 
 - a solution (a code cell tagged ``hide-cell``) becomes a collapsed cell: first line
   ``#@title Solution`` and the metadata ``cellView: form`` (Colab) and
   ``jupyter.source_hidden`` (JupyterLab, Notebook);
+- a folded cell (tagged ``hide-input``: a check, a table built from a recorded file, set-up)
+  is collapsed the same way, titled by its button in the HTML book (``code_prompt_show``
+  "Show the check" gives ``#@title The check``); its output stays in view when it runs, as in
+  the HTML book;
 - a figure caption (cell metadata ``mystnb.figure.caption``) becomes a Markdown cell after the
   figure's cell, "**Fig. 3.2:** caption", numbered as in the HTML book;
 - every code cell is kept, in order: hidden set-up cells stay runnable and the Colab install cell
@@ -607,10 +611,23 @@ class Chapter:
 # --- notebooks --------------------------------------------------------------------------------
 
 
-def solution_title(cell: dict) -> str:
-    prompt = cell.get("metadata", {}).get("mystnb", {}).get("code_prompt_show", "Show solution")
+# Tags of the code cells that the HTML book folds, and the title of each in a copy when the cell
+# names no button of its own (mystnb.code_prompt_show).
+FOLDED = {"hide-cell": "Solution", "hide-input": "The code"}
+
+
+def solution_title(cell: dict, default: str = "Solution") -> str:
+    """The ``#@title`` of a folded cell: its button's words in the HTML book, less "Show"."""
+    prompt = cell.get("metadata", {}).get("mystnb", {}).get("code_prompt_show", "")
     title = re.sub(r"^(show|reveal)\s+", "", str(prompt).strip(), flags=re.I)
-    return title[:1].upper() + title[1:] if title else "Solution"
+    return title[:1].upper() + title[1:] if title else default
+
+
+def folded_title(cell: dict) -> str | None:
+    """The title of a code cell that the copy collapses, or None for a cell shown in full."""
+    tags = cell.get("metadata", {}).get("tags", [])
+    folded = [tag for tag in FOLDED if tag in tags]
+    return solution_title(cell, FOLDED[folded[0]]) if folded else None
 
 
 def convert_notebook(book: Book, page: str, notebook: dict | None = None) -> dict:
@@ -624,7 +641,6 @@ def convert_notebook(book: Book, page: str, notebook: dict | None = None) -> dic
     for cell in notebook["cells"]:
         cell = copy.deepcopy(cell)
         meta = cell.setdefault("metadata", {})
-        tags = meta.get("tags", [])
         if cell["cell_type"] == "markdown":
             cell["source"] = chapter.markdown(_source(cell))
             cells.append(cell)
@@ -633,13 +649,13 @@ def convert_notebook(book: Book, page: str, notebook: dict | None = None) -> dic
             cells.append(cell)
             continue
         source = _source(cell)
-        if "hide-cell" in tags:  # a solution: collapsed, with a title, still runnable
+        title = folded_title(cell)
+        if title is not None:  # a solution or a folded check: collapsed, titled, runnable
             lines = source.split("\n")
             magics = 0
             while magics < len(lines) and lines[magics].startswith("%%"):
                 magics += 1  # a cell magic must stay on the first line
-            title = f"#@title {solution_title(cell)}"
-            source = "\n".join([*lines[:magics], title, *lines[magics:]])
+            source = "\n".join([*lines[:magics], f"#@title {title}", *lines[magics:]])
             meta["cellView"] = "form"
             meta.setdefault("jupyter", {})["source_hidden"] = True
         cell["source"] = source
