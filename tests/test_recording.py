@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -22,6 +23,8 @@ import pytest
 import torch
 
 from vitbook.checkpoints import load_model
+from vitbook.recording import progress_of
+from vitbook.records import ResultsFileError
 from vitbook.resume import load_state, save_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,3 +251,15 @@ def test_plan_only_prices_the_plan_from_the_compiled_epoch(script, capsys):
     assert "Timed runs: 17, at least 31.5 H100-minutes" in lines[-2]
     assert "9 runs of resnet18-200, vit-200-conv-stem, vit-200-deit-hard" in lines[-2]
     assert lines[-1].startswith("In budgets of 10 minutes: at least 4 for the timed runs")
+
+
+def test_progress_of_refuses_a_seed_written_as_text():
+    run = {"row": "a", "seed": 0, "epochs": 2, "recipe": {}}
+    for seed in ("0", 0.0, True, None):
+        with pytest.raises(ResultsFileError, match=rf"run 1 of x\.json has row 'a' and seed "
+                           rf"{re.escape(repr(seed))} .*write the seed as a number"):  # fmt: skip
+            progress_of({"runs": [run, {**run, "seed": seed}]}, [("a", 0)], {"a": (2, {})},
+                        source="x.json")  # fmt: skip
+    with pytest.raises(ResultsFileError, match=r"run 0 of the results has row 3 .*a row is a name"):
+        progress_of({"runs": [{**run, "row": 3}]}, [("a", 0)], {"a": (2, {})})
+    assert progress_of({"runs": [run]}, [("a", 0)], {"a": (2, {})}).complete
