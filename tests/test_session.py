@@ -199,3 +199,43 @@ def test_a_hard_deadline_stops_an_epoch_that_runs_over():
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is off again
     with hard_deadline(None):
         time.sleep(0.01)
+
+
+def test_numbers_that_are_no_seconds_or_counts_are_refused(tmp_path):
+    nan = float("nan")
+    for kwargs, message in (
+        ({"save_every_s": nan}, r"save_every_s=nan must be a number of seconds > 0"),
+        ({"save_every_s": -1.0}, r"save_every_s=-1\.0 must be a number of seconds > 0"),
+        ({"deadline": nan}, r"deadline=nan must be a finite number; pass a clock\(\) time"),
+        ({"typical": -2.0}, r"typical=-2\.0 must be a finite number >= 0"),
+        ({"epochs": 0}, r"epochs=0 must be an int >= 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            Checkpointer(tmp_path / "run.pt", **kwargs)
+    with pytest.raises(TypeError, match=r"save_every_s must be a number, got '60'"):
+        Checkpointer(tmp_path / "run.pt", save_every_s="60")
+    assert Checkpointer(tmp_path / "run.pt", save_every_s=float("inf")).save_every_s > 1e9
+    chooser = Concurrency(most=4)
+    for seconds in (nan, -2.0, 0.0, float("inf")):
+        with pytest.raises(ValueError, match=rf"seconds={seconds!r} must be a finite number > 0; "
+                           r"pass the reference run's epoch time"):  # fmt: skip
+            chooser.observe(1, seconds)
+    with pytest.raises(ValueError, match=r"processes=0 must be an int >= 1"):
+        chooser.observe(0, 2.0)
+    assert chooser.seconds == {} and chooser.target == 1  # nothing taken in
+    with pytest.raises(ValueError, match=r"most=0 must be an int >= 1"):
+        Concurrency(most=0)
+    left, times = [("vit-50", 0, 10)], {"vit-50": 2.0}
+    for kwargs, message in (
+        ({"processes": -1}, r"processes=-1 must be an int >= 1"),
+        ({"budget_s": nan}, r"budget_s=nan must be a finite number > 0"),
+        ({"overhead_s": -5.0}, r"overhead_s=-5\.0 must be a finite number >= 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            budgets_left(left, times, **{"processes": 1, "budget_s": 600, "overhead_s": 0,
+                                         **kwargs})  # fmt: skip
+    with pytest.raises(ValueError, match=r"vit-50 seed 0 has -3 epochs left; epochs left are an "
+                       r"int >= 0"):  # fmt: skip
+        budgets_left([("vit-50", 0, -3)], times, processes=1, budget_s=600, overhead_s=0)
+    with pytest.raises(ValueError, match=r"epoch_seconds\['vit-50'\]=nan must be a finite"):
+        budgets_left(left, {"vit-50": nan}, processes=1, budget_s=600, overhead_s=0)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from vitbook import records
+from vitbook import _checks, records
 
 __all__ = [
     "FORMAT",
@@ -304,6 +304,11 @@ class Checkpointer:
             this process has timed an epoch past its first (which includes compiling).
         clock: the clock of ``deadline``.
 
+    Raises:
+        ValueError / TypeError: ``save_every_s`` that is not a number > 0 (NaN included; inf
+            saves only at the last epoch and at a stop), a ``deadline`` or ``typical`` that is
+            not a finite number (``typical`` >= 0), ``epochs`` that are not an int >= 1.
+
     Attributes:
         epoch_seconds: this process's epochs, each from the end of the one before (the first
             from the checkpointer's making: it includes set-up and compiling).
@@ -327,6 +332,18 @@ class Checkpointer:
         typical: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if isinstance(save_every_s, bool) or not isinstance(save_every_s, int | float):
+            raise TypeError(f"save_every_s must be a number, got {save_every_s!r} of type "
+                            f"{type(save_every_s).__name__}; e.g. 60.0.")  # fmt: skip
+        if not save_every_s > 0:  # NaN too
+            raise ValueError(f"save_every_s={save_every_s!r} must be a number of seconds > 0; "
+                             "e.g. 60.0 (inf: save only at the last epoch and at a stop).")
+        if deadline is not None:
+            _checks.real("deadline", deadline, fix="pass a clock() time, or None for none")
+        if typical is not None:
+            _checks.real("typical", typical, low=0, fix="pass an epoch's seconds, or None")
+        if epochs is not None:
+            _checks.integer("epochs", epochs, minimum=1, fix="pass the run's epochs, or None")
         self.path, self.extra, self.deadline = Path(path), dict(extra or {}), deadline
         self.save_every_s, self.stop, self.epochs = save_every_s, stop, epochs
         self.on_epoch, self.typical, self.clock = on_epoch, typical, clock

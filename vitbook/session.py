@@ -32,7 +32,7 @@ import math
 import os
 from pathlib import Path
 
-from vitbook import records
+from vitbook import _checks, records
 
 __all__ = ["Concurrency", "StateFolder", "StateMismatchError", "budgets_left", "code_version"]
 
@@ -210,6 +210,7 @@ class Concurrency:
     GAIN = 1.10
 
     def __init__(self, most: int = 8) -> None:
+        _checks.integer("most", most, minimum=1, fix="1 for one run at a time")
         self.most, self.target, self.settled = most, 1, most <= 1
         self.seconds: dict[int, float] = {}
 
@@ -218,7 +219,15 @@ class Concurrency:
         return processes * self.seconds[1] / self.seconds[processes]
 
     def observe(self, processes: int, seconds: float) -> None:
-        """The reference run's epoch time with ``processes`` runs training."""
+        """The reference run's epoch time with ``processes`` runs training.
+
+        Raises:
+            ValueError / TypeError: ``processes`` not an int >= 1, ``seconds`` not a finite
+                number > 0 (a NaN or a negative time would decide the count).
+        """
+        _checks.integer("processes", processes, minimum=1)
+        _checks.real("seconds", seconds, low=0, open_low=True,
+                     fix="pass the reference run's epoch time")  # fmt: skip
         if self.settled or processes != self.target:
             return
         self.seconds[processes] = seconds
@@ -263,6 +272,11 @@ def budgets_left(
     Returns:
         ``(budgets or None, the arithmetic in words)``.
 
+    Raises:
+        ValueError / TypeError: ``processes`` not an int >= 1, epochs left not an int >= 0, an
+            epoch's seconds or ``budget_s`` not a finite number > 0, ``overhead_s`` not a
+            finite number >= 0.
+
     Example:
         >>> budgets_left([("vit-50", 0, 40), ("vit-50", 1, 50)], {"vit-50": 3.0},
         ...              processes=2, budget_s=600, overhead_s=60)
@@ -270,6 +284,21 @@ def budgets_left(
 
     See chapter: Real photos on a GPU.
     """
+    _checks.integer("processes", processes, minimum=1, fix="the runs side by side")
+    _checks.real("budget_s", budget_s, low=0, open_low=True, fix="a session's seconds")
+    _checks.real("overhead_s", overhead_s, low=0, fix="a session's seconds before its first "
+                 "epoch ends")  # fmt: skip
+    for row, seconds in epoch_seconds.items():
+        _checks.real(f"epoch_seconds[{row!r}]", seconds, low=0, open_low=True,
+                     fix="an epoch's measured seconds")  # fmt: skip
+    for row, seed, epochs in left:
+        if isinstance(epochs, bool) or not isinstance(epochs, int):
+            raise TypeError(f"{row} seed {seed} has {epochs!r} epochs left "
+                            f"({type(epochs).__name__}); epochs left are an int >= 0.")
+        if epochs < 0:
+            raise ValueError(f"{row} seed {seed} has {epochs} epochs left; epochs left are an "
+                             "int >= 0 (the run's epochs minus those done: is its progress file "
+                             "right?).")  # fmt: skip
     if not left:
         return 0, "nothing left"
     work, borrowed, unknown = 0.0, set(), set()
