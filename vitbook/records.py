@@ -22,6 +22,7 @@ See chapter: Real photos on a GPU.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import math
 import numbers
@@ -210,13 +211,30 @@ def check_output(
     return path
 
 
-def write_with(path: str | os.PathLike, write: Callable[[Path], object]) -> None:
+def _size(count: int) -> str:
+    """``27 bytes``, ``2.9 KiB``, ``41.3 MiB``..."""
+    if count < 1024:
+        return f"{count} bytes"
+    value, unit = count / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}"
+
+
+def write_with(
+    path: str | os.PathLike, write: Callable[[Path], object], *, size: int | None = None
+) -> None:
     """Let ``write(temporary)`` write a file beside ``path``, then move it into place atomically.
 
     ``write`` gets the path of a new, empty temporary file in ``path``'s folder (a writer that
     refuses to replace foreign files needs its ``overwrite`` flag); the file is then flushed to
     the disk (``fsync``) and moved onto ``path`` with ``os.replace``. On any failure (a full disk,
     an interrupt) the temporary file is removed and an existing ``path`` is left as it was.
+    A full disk (``ENOSPC``) is an ``OSError`` of that errno whose message names ``path``, how
+    much was to be written (``size``, in bytes, when known; else what the writer had written)
+    and what to do.
 
     Example:
         >>> import tempfile
@@ -246,8 +264,18 @@ def write_with(path: str | os.PathLike, write: Callable[[Path], object]) -> None
         finally:
             os.close(handle)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
+        written = temporary.stat().st_size if temporary.exists() else 0
         temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            what = (f"{_size(size)} to write" if size is not None
+                    else f"{_size(written)} written when the disk filled")  # fmt: skip
+            raise OSError(
+                errno.ENOSPC,
+                f"{error.strerror or 'No space left on device'}: writing {path} ({what}) failed; "
+                f"{path.name} is as it was and no temporary file is left. Free space on that "
+                f"disk (df -h {path.parent}) or write elsewhere, then run the command again.",
+            ) from error
         raise
     try:  # make the rename itself durable; not every file system lets a folder be opened
         folder = os.open(path.parent, os.O_RDONLY)
@@ -273,7 +301,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
     See chapter: Real photos on a GPU.
     """
-    write_with(path, lambda temporary: temporary.write_bytes(data))
+    write_with(path, lambda temporary: temporary.write_bytes(data), size=len(data))
 
 
 def write_json(path: str | os.PathLike, data: object) -> None:
@@ -335,8 +363,8 @@ def read_json(path: str | os.PathLike, *, remedy: str) -> dict:
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ResultsFileError: a folder, a file that is not UTF-8 JSON (damaged or truncated), or
-            JSON that is not an object.
+        ResultsFileError: a folder, a file that is not UTF-8 JSON (damaged or truncated), JSON
+            nested too deep to read, or JSON that is not an object.
 
     Example:
         >>> import tempfile
@@ -361,6 +389,11 @@ def read_json(path: str | os.PathLike, *, remedy: str) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ResultsFileError(
             f"{path} is not valid JSON: {error}. The file is damaged or was cut short; {restore}"
+        ) from error
+    except RecursionError as error:  # thousands of nested brackets: no results file nests so
+        raise ResultsFileError(
+            f"{path} nests deeper than a results file does (JSON's reader gave up: {error}); "
+            f"it is not a results file; {restore}"
         ) from error
     if not isinstance(data, dict):
         raise ResultsFileError(
