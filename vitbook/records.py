@@ -11,7 +11,8 @@ go through this module, so that nothing recorded is lost by a careless command:
   same folder, flush it to the disk (``fsync``) and move it into place with ``os.replace``: a
   reader sees the old file or the new one, never half a file, and a failed write (a full disk,
   say) leaves the old file as it was and no temporary file behind.
-- :func:`read_json` reads a results file with errors that name it and say what to do.
+- :func:`read_json` reads a results file with errors that name it and say what to do;
+  :func:`check_finite` refuses, before a run trains, a file it could not write back (a NaN).
 - :func:`check_together` refuses to join ladder runs that do not belong together (other data,
   device, epochs or recipe, or a row and seed twice); :func:`join` joins them, keeping every
   provenance entry.
@@ -36,6 +37,7 @@ __all__ = [
     "ASSETS",
     "ResultsFileError",
     "ShippedFileError",
+    "check_finite",
     "check_output",
     "check_together",
     "is_shipped",
@@ -336,6 +338,33 @@ def write_json(path: str | os.PathLike, data: object) -> None:
             "why beside it, or leave the entry out; nothing was written."
         ) from error
     write_bytes(path, (text + "\n").encode("utf-8"))
+
+
+def check_finite(path: str | os.PathLike, data: object, *, remedy: str) -> None:
+    """Refuse data read from ``path`` that :func:`write_json` could not write back: a NaN or an
+    infinity, which an older ``write_json`` wrote as the literal ``NaN``. A script checks the
+    file it appends to before it trains, so that a trained run is never left without a file.
+
+    Raises:
+        ResultsFileError: the first such number, with its place (``runs[3].accuracy``).
+
+    Example:
+        >>> try:
+        ...     check_finite("old.json", {"runs": [{"loss": float("nan")}]}, remedy="")
+        ... except ResultsFileError as error:
+        ...     print(str(error).split(":")[0])
+        old.json holds nan at runs[0].loss
+
+    See chapter: Real photos on a GPU.
+    """
+    found = _first_non_finite(data)
+    if found is not None:
+        raise ResultsFileError(
+            f"{path} holds {found[1]} at {found[0]}: JSON has no NaN or infinity (an older "
+            "write_json wrote the literal), so the file could not be written again once this "
+            "run has trained. Nothing trained. Write null there (a run that diverged has no "
+            f"number; say why beside it), or {remedy}"
+        )
 
 
 def _first_non_finite(data: object, where: str = "") -> tuple[str, float] | None:
