@@ -561,6 +561,7 @@ def check_outputs(args, parser: argparse.ArgumentParser) -> dict | None:
         if args.out.exists():
             existing = records.read_json(args.out, remedy="choose another --out.")
             records.check_together([(str(args.out), existing)], allow_mixed=True)
+            records.check_finite(args.out, existing, remedy="choose another --out.")
         if args.save_dir is not None:
             for name, seeds in args.plan:
                 for seed in seeds:
