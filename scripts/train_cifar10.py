@@ -611,6 +611,11 @@ def folder_identity(args, splits: ImageSplits, device: torch.device) -> dict:
     }
 
 
+def planned_rows(args) -> dict[str, tuple[int, dict]]:
+    """Row -> (epochs, recipe) of every row a state folder of this identity records."""
+    return {name: (epochs_of(name, args), recipe(name, args.batch_size)) for name in NEXT}
+
+
 def teachers_of(args) -> set[tuple[str, int]]:
     """Runs whose weights a distilled run of the plan needs."""
     return {(ALL_ROWS[name]["teacher"], seed) for name, seed in args.order
@@ -692,8 +697,8 @@ def work(args, parser: argparse.ArgumentParser) -> int:
     splits = load_splits(args)
     identity = folder_identity(args, splits, device)
     try:
-        args.folder.claim(identity)
-    except StateMismatchError as error:
+        args.folder.claim(identity, planned=planned_rows(args))
+    except (StateMismatchError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: {error}\n")
     with training_state.StopRequest() as stop:
         what = record_run(row, int(seed), splits, args, identity, device, int(args.session),
@@ -819,10 +824,10 @@ def record(args, parser: argparse.ArgumentParser) -> int:
     splits = load_splits(args)
     identity = folder_identity(args, splits, device)
     try:
-        new = folder.claim(identity)
+        new = folder.claim(identity, planned=planned_rows(args))
+        folder.join_finished()  # runs an earlier session finished but did not record
     except (StateMismatchError, OSError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: {error}\n")
-    folder.join_finished()  # runs an earlier session finished but did not record
     recorded, failed = folder.recorded(), folder.failed()
     todo = [key for key in args.order if key not in recorded and key not in failed]
     gpu = torch.cuda.is_available()
@@ -837,7 +842,8 @@ def record(args, parser: argparse.ArgumentParser) -> int:
              "timing": SESSION_NOTE}  # fmt: skip
     session = folder.begin_session(entry)
     print(f"Session {session} of {folder.root} ({'new' if new else 'continued'}): "
-          f"{len(recorded)} of {len(args.order)} runs recorded, {len(todo)} to go"
+          f"{sum(key in recorded for key in args.order)} of {len(args.order)} runs recorded, "
+          f"{len(todo)} to go"
           + (f", {len(failed)} failed earlier" if failed else "")
           + (f"; {args.minutes:g} minutes" if args.minutes else ""), flush=True)  # fmt: skip
     notes = []

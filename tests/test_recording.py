@@ -263,3 +263,54 @@ def test_progress_of_refuses_a_seed_written_as_text():
     with pytest.raises(ResultsFileError, match=r"run 0 of the results has row 3 .*a row is a name"):
         progress_of({"runs": [{**run, "row": 3}]}, [("a", 0)], {"a": (2, {})})
     assert progress_of({"runs": [run]}, [("a", 0)], {"a": (2, {})}).complete
+
+
+SMALL = [*PLAN, "--rows", "vit-50", "--epochs", "1"]
+
+
+@pytest.fixture(scope="module")
+def small(script, tmp_path_factory) -> Path:
+    """A state folder of one recorded run (vit-50 seed 0, one epoch)."""
+    folder = tmp_path_factory.mktemp("small") / "state"
+    assert script.main([*SMALL, "--state", str(folder)]) == 0
+    return folder
+
+
+def refused(script, argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        script.main(argv)
+    assert stopped.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_folder_that_lost_its_plan_or_holds_other_runs_is_refused(script, small, tmp_path,
+                                                                    capsys):  # fmt: skip
+    folder = tmp_path / "state"
+    shutil.copytree(small, folder)
+    before = (folder / "results.json").read_bytes()
+    (folder / "plan.json").unlink()
+    text = refused(script, [*SMALL, "--epochs", "3", "--state", str(folder)], capsys)
+    assert "holds results.json and runs/ but no plan.json" in text and "Nothing trained" in text
+    assert not (folder / "plan.json").exists()  # not claimed as a new folder
+    shutil.copy(small / "plan.json", folder / "plan.json")
+    (run,) = results(folder)["runs"]
+    for seed, epochs, message in ((5, 7, "vit-50-seed5.done.json holds vit-50 seed 5 trained for "
+                                         "7 epochs"),
+                                  ("0", 1, "holds row 'vit-50' seed '0' (str)")):  # fmt: skip
+        done = folder / "runs" / f"vit-50-seed{seed}.done.json"
+        done.write_text(json.dumps({**run, "seed": seed, "epochs": epochs}))
+        text = refused(script, [*SMALL, "--state", str(folder)], capsys)
+        assert message in text and "Nothing joined" in text, text
+        assert done.exists() and (folder / "results.json").read_bytes() == before
+        done.unlink()
+    # a run of the same recipe recorded with other --seeds joins, and counts apart from the plan
+    (folder / "runs" / "vit-50-seed5.done.json").write_text(json.dumps({**run, "seed": 5}))
+    assert script.main([*SMALL, "--state", str(folder)]) == 0
+    assert "(continued): 1 of 1 runs recorded, 0 to go" in capsys.readouterr().out
+    assert [r["seed"] for r in results(folder)["runs"]] == [0, 5]
+    outs = tmp_path / "outs"  # a folder of --out results files
+    outs.mkdir()
+    shutil.copy(small / "results.json", outs / "cifar10-20250101T000000Z.json")
+    text = refused(script, [*SMALL, "--state", str(outs)], capsys)
+    assert "holds cifar10-20250101T000000Z.json, which is not part of a state folder" in text
+    assert sorted(p.name for p in outs.iterdir()) == ["cifar10-20250101T000000Z.json"]
