@@ -851,16 +851,28 @@ def record(args, parser: argparse.ArgumentParser) -> int:
         with training_state.StopRequest() as stop:
             one_session(args, todo, splits, identity, device, session, deadline, stop, chooser,
                         notes)  # fmt: skip
+        finished = folder.join_finished()
     except (StateMismatchError, training_state.TrainingStateError) as error:
-        folder.end_session(session, minutes=round((time.monotonic() - start) / 60, 3),
-                           ended=now_iso(), error=str(error))  # fmt: skip
+        end_failed(folder, session, start, str(error))
         parser.exit(2, f"{parser.prog}: {error}\n")
-    finished = folder.join_finished()
+    except BaseException as error:  # whatever stopped it, the session's entry says so
+        end_failed(folder, session, start, f"{type(error).__name__}: {error}")
+        raise
     used = (time.monotonic() - start) / 60
     folder.end_session(session, minutes=round(used, 3), side_by_side=chooser.target,
                        concurrency=concurrency(args, chooser), ended=now_iso())  # fmt: skip
     report(args, session, used, chooser, notes, finished)
     return 0
+
+
+def end_failed(folder: StateFolder, session: int, start: float, error: str) -> None:
+    """End the provenance entry of a session that stopped with an error, with the error."""
+    try:
+        folder.end_session(session, minutes=round((time.monotonic() - start) / 60, 3),
+                           ended=now_iso(), error=error)  # fmt: skip
+    except (OSError, ValueError) as failure:  # a full disk, say: the error above still stands
+        print(f"could not end session {session} in {folder.results_path} ({failure})",
+              file=sys.stderr)
 
 
 def concurrency(args, chooser: Concurrency) -> str:

@@ -314,3 +314,19 @@ def test_a_folder_that_lost_its_plan_or_holds_other_runs_is_refused(script, smal
     text = refused(script, [*SMALL, "--state", str(outs)], capsys)
     assert "holds cifar10-20250101T000000Z.json, which is not part of a state folder" in text
     assert sorted(p.name for p in outs.iterdir()) == ["cifar10-20250101T000000Z.json"]
+
+
+def test_a_session_that_fails_still_ends_its_provenance_entry(script, small, tmp_path,
+                                                             monkeypatch):  # fmt: skip
+    folder = tmp_path / "state"
+    shutil.copytree(small, folder)
+
+    def broken(*args):
+        raise RuntimeError("the GPU fell off the bus")
+
+    monkeypatch.setattr(script, "one_session", broken)
+    with pytest.raises(RuntimeError, match="fell off the bus"):
+        script.main([*SMALL, "--state", str(folder)])
+    entry = results(folder)["provenance"][-1]
+    assert entry["session"] == 1 and entry["error"] == "RuntimeError: the GPU fell off the bus"
+    assert "ended" in entry and entry["minutes"] >= 0
