@@ -47,8 +47,10 @@ data file copied over, continues each unfinished run where it stopped (on the CP
 is bit for bit the one an uninterrupted process makes). Runs share the GPU side by side
 (``--processes``: how many is measured at the start of each session and printed); a finished run
 joins ``DIR/results.json`` with the provenance of every session. A folder made with other data,
-code, torch, precision or recipe is refused. On a GPU the step is compiled (``--no-compile`` to
-train eagerly); the compiler's caches live in the folder too.
+code, torch, precision or recipe is refused, and so is one with results but no ``plan.json`` or
+one that holds what a state folder does not; a run that failed is named in every report with
+the file to delete to train it again. On a GPU the step is compiled (``--no-compile`` to train
+eagerly); the compiler's caches live in the folder too.
 
 Under ``torchrun`` each process takes its share of every global batch inside PyTorch's
 DistributedDataParallel (see ``fit``); only the first process writes. Each worker waits for the
@@ -923,13 +925,20 @@ def report(args, session: int, used: float, chooser: Concurrency, notes: list[st
           + f"; runs side by side: {concurrency(args, chooser)}.")  # fmt: skip
     for note in notes:
         print(f"  {note}")
+    failed = {key: error for key, error in folder.failed().items() if key in args.order}
     done = [key for key in args.order if key in recorded]
     left = [(row, seed, epochs_of(row, args) - ((folder.progress(row, seed) or {}).get(
-        "epochs", 0))) for row, seed in args.order if (row, seed) not in recorded]  # fmt: skip
+        "epochs", 0))) for row, seed in args.order
+        if (row, seed) not in recorded and (row, seed) not in failed]  # fmt: skip
     print(f"Done: {len(done)} of {len(args.order)} runs"
           + (f" ({len(finished)} finished in this session)" if finished else "") + ".")
+    for (row, seed), error in failed.items():  # skipped by every session until the file goes
+        print(f"Failed, not retried: {row} seed {seed}: {error}; delete "
+              f"{folder.path(row, seed, '.failed.json')} to train it again (from its last saved "
+              f"state, {folder.path(row, seed, '.pt').name}, if there is one).")  # fmt: skip
     if not left:
-        print(f"All recorded: {folder.results_path}.")
+        if not failed:
+            print(f"All recorded: {folder.results_path}.")
         return
     print("Remaining: " + ", ".join(f"{row} seed {seed} ({epochs} epochs left)"
                                     for row, seed, epochs in left) + ".")  # fmt: skip

@@ -330,3 +330,19 @@ def test_a_session_that_fails_still_ends_its_provenance_entry(script, small, tmp
     entry = results(folder)["provenance"][-1]
     assert entry["session"] == 1 and entry["error"] == "RuntimeError: the GPU fell off the bus"
     assert "ended" in entry and entry["minutes"] >= 0
+
+
+def test_a_failed_run_is_named_with_its_error_and_how_to_train_it_again(script, small, tmp_path,
+                                                                        capsys):  # fmt: skip
+    folder = tmp_path / "state"
+    shutil.copytree(small, folder)
+    failed = folder / "runs" / "vit-50-seed1.failed.json"
+    failed.write_text(json.dumps({"row": "vit-50", "seed": 1,
+                                  "error": "the loss is nan at epoch 1, step 3"}))  # fmt: skip
+    assert script.main([*SMALL, "--seeds", "0", "1", "--state", str(folder), "--minutes",
+                        "1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert (f"Failed, not retried: vit-50 seed 1: the loss is nan at epoch 1, step 3; delete "
+            f"{failed} to train it again") in out, out
+    assert "Go on with the same command" not in out and "epochs left" not in out
+    assert "more budgets" not in out  # a failed run waits for no budget
