@@ -67,6 +67,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import math
 import os
 import platform
 import shlex
@@ -127,6 +128,7 @@ SESSION_NOTE = ("wall_clock_minutes: the sum of the run's epochs over the sessio
                 "than a run alone when runs share the GPU")  # fmt: skip
 DIST_TIMEOUT_S = 300  # a torchrun worker waits this long for the others, then stops with a message
 EXIT_MARGIN_S = 10.0  # a session's runs stop this much before its budget (at most 5% of it)
+MAX_MINUTES = 7 * 24 * 60  # the longest budget or save interval taken: a week
 # fit(compile=True)'s epoch of the photo ViT on an H100, as measured (crop and flip, batch 256)
 H100_COMPILED = H100_SECONDS_PER_EPOCH["fit(compile=True), crop and flip"]
 
@@ -221,6 +223,11 @@ def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -
     fix = (f"it should hold {row} seed {seed}'s trained weights as --save-dir writes them. Train "
            f"the teacher again (--rows {row} --seeds {seed} --save-dir DIR) and point "
            "--teacher-dir at DIR, or replace the file with a good copy")  # fmt: skip
+    if getattr(args, "state", None) is not None:  # the state folder keeps its teachers itself
+        fix = (f"it should hold {row} seed {seed}'s trained weights, as a session keeps them in "
+               f"{path.parent}. Replace it with a good copy (from a copy of the state folder); "
+               f"without one, record {row} seed {seed} in a new state folder (--state NEW --rows "
+               f"{row} --seeds {seed}) and copy its weights/{path.name} here")  # fmt: skip
     teacher = build(ALL_ROWS[row], n_cls, args.tiny)
     try:
         metadata, _ = _weights.read_header(path)
@@ -416,9 +423,21 @@ def positive(text: str) -> int:
 
 def minutes(text: str) -> float:
     value = float(text)
-    if not 0 < value < float("inf"):
+    if not 0 < value:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of minutes; e.g. 10")
+    if value > MAX_MINUTES:  # inf too; a session's timer takes no more than that, either
+        raise argparse.ArgumentTypeError(
+            f"{text} is more than {MAX_MINUTES} minutes (a week), the most a session takes; "
+            "give this session's minutes, e.g. 10"
+        )
     return value
+
+
+def folder_arg(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name is the current folder; name the state "
+                                         "folder, e.g. runs/state")  # fmt: skip
+    return Path(text)
 
 
 def processes_arg(text: str) -> int | str:
@@ -464,7 +483,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
                         help="compile the training step (default: on a GPU, not under torchrun)")
     record = parser.add_argument_group("sessions of any length")
-    record.add_argument("--state", type=Path,
+    record.add_argument("--state", type=folder_arg,
                         help="record the plan into this state folder, continuing its unfinished "
                              "runs (results in STATE/results.json)")  # fmt: skip
     record.add_argument("--minutes", type=minutes,
@@ -472,7 +491,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     record.add_argument("--processes", type=processes_arg, default="auto",
                         help="runs side by side on the GPU: a number, auto (measured on a GPU, "
                              "up to 8; 1 on a CPU) or auto:N (measured, up to N)")  # fmt: skip
-    record.add_argument("--save-every", type=minutes, default=1.0,
+    record.add_argument("--save-every", type=minutes,
                         help="minutes between two saves of a run's state (default 1)")
     record.add_argument("--plan-only", action="store_true",
                         help="print the plan and its cost from the measured compiled epoch, "
@@ -485,10 +504,22 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
         parser.error(f"--seeds {' '.join(map(str, args.seeds))} names a seed twice; one run "
                      "per seed (two would count as two seeds).")  # fmt: skip
     if args.merge:
+        ignored = [flag for flag, given in (
+            ("--state", args.state is not None), ("--minutes", args.minutes is not None),
+            ("--save-every", args.save_every is not None), ("--plan-only", args.plan_only))
+            if given]  # fmt: skip
+        if ignored:
+            flags = " and ".join(ignored)
+            parser.error(f"--merge joins result files and trains nothing, so {flags} would be "
+                         "ignored; merge in a command of its own (a state folder's "
+                         "STATE/results.json merges as any results file).")  # fmt: skip
         return args, parser
     if args.minutes is not None and args.state is None and not args.plan_only:
         parser.error(f"--minutes {args.minutes:g} needs --state DIR: a budget stops the runs, "
                      "and only a state folder keeps what they did for the next session.")
+    if args.save_every is not None and args.state is None:
+        parser.error(f"--save-every {args.save_every:g} needs --state DIR: it says how often a "
+                     "run's state is saved into a state folder, and without one nothing is.")
     if args.state is not None or args.plan_only:
         return state_plan(args, parser), parser
     args.rows = args.rows or list(ROWS)
@@ -513,13 +544,23 @@ def check_teachers(args, parser: argparse.ArgumentParser, saved) -> None:
             continue
         absent = [seed for seed in seeds if (teacher, seed) not in planned
                   and not saved(name, seed)]  # fmt: skip
-        if absent:
-            missing = teacher_path(args, name, absent[0])
-            where = "in the state folder" if args.state else "in --teacher-dir"
+        if not absent:
+            continue
+        if args.state is None and args.plan_only:  # a plan is what a new state folder records
+            parser.error(f"{name} learns from {teacher}, which is not in --rows for seeds "
+                         f"{absent}; add {teacher} to --rows: a state folder trains a teacher "
+                         "before the rows distilled from it, and the plan prices both.")
+        missing = teacher_path(args, name, absent[0])
+        if args.state is not None:
             parser.error(f"{name} learns from {teacher}, which is neither in --rows for seeds "
-                         f"{absent} nor saved {where} ({missing}); add {teacher} to "
-                         "--rows (with --save-dir to keep it), or point --teacher-dir at its "
-                         "weights.")  # fmt: skip
+                         f"{absent} nor saved in the state folder ({missing}); add {teacher} to "
+                         "--rows (the session trains it first and keeps its weights in "
+                         f"{missing.parent}), or copy its trained weights there as "
+                         f"{missing.name}.")  # fmt: skip
+        parser.error(f"{name} learns from {teacher}, which is neither in --rows for seeds "
+                     f"{absent} nor saved in --teacher-dir ({missing}); add {teacher} to "
+                     "--rows (with --save-dir to keep it), or point --teacher-dir at its "
+                     "weights.")  # fmt: skip
 
 
 def state_plan(args, parser: argparse.ArgumentParser) -> argparse.Namespace:
@@ -551,6 +592,8 @@ def state_plan(args, parser: argparse.ArgumentParser) -> argparse.Namespace:
             parser.error(str(error))
         args.teacher_dir = args.folder.weights
         check_teachers(args, parser, lambda name, seed: teacher_path(args, name, seed).is_file())
+    else:
+        check_teachers(args, parser, lambda name, seed: False)
     return args
 
 
@@ -593,7 +636,12 @@ def print_plan(args) -> None:
           "mixing, erasing and validation add to the measured epoch); never timed on a GPU: "
           f"{len(cost) - len(timed)} runs of {', '.join(untimed) or 'no row'}.")  # fmt: skip
     budget = args.minutes or 10.0
-    print(f"In budgets of {budget:g} minutes: at least {-(-sum(timed) // budget):.0f} for the "
+    if not timed:
+        print(f"In budgets of {budget:g} minutes: none of these runs has a measured epoch, so no "
+              "count; a session of them measures its own (the report after it counts the "
+              "budgets left).")  # fmt: skip
+        return
+    print(f"In budgets of {budget:g} minutes: at least {math.ceil(sum(timed) / budget)} for the "
           "timed runs alone, before each session's start and compiling (51 s cold, on the H100 "
           "above) and the untimed runs.")  # fmt: skip
 
@@ -660,7 +708,7 @@ def record_run(row: str, seed: int, splits: ImageSplits, args, identity: dict,
 
     checkpointer = training_state.Checkpointer(
         state_path, extra={"identity": run_identity}, deadline=deadline,
-        save_every_s=60 * args.save_every, stop=stop, epochs=epochs_of(row, args),
+        save_every_s=60 * (args.save_every or 1.0), stop=stop, epochs=epochs_of(row, args),
         on_epoch=on_epoch, typical=max(earlier[-3:], default=None))  # fmt: skip
     try:
         with training_state.hard_deadline(deadline):

@@ -346,3 +346,56 @@ def test_a_failed_run_is_named_with_its_error_and_how_to_train_it_again(script, 
             f"{failed} to train it again") in out, out
     assert "Go on with the same command" not in out and "epochs left" not in out
     assert "more budgets" not in out  # a failed run waits for no budget
+
+
+def test_a_missing_or_damaged_teacher_under_state_gets_a_remedy_that_fits(script, small,
+                                                                         tmp_path, capsys):
+    distilled = [*PLAN, "--rows", "vit-200-deit-hard", "--epochs", "1"]
+    text = refused(script, [*distilled, "--state", str(tmp_path / "new")], capsys)
+    text = text.splitlines()[-1]  # the error, without the usage that lists every option
+    assert "vit-200-deit-hard learns from resnet18-200" in text
+    assert f"add resnet18-200 to --rows (the session trains it first and keeps its weights in " \
+           f"{tmp_path / 'new' / 'weights'})" in text  # fmt: skip
+    assert "--save-dir" not in text and "--teacher-dir" not in text, text
+    folder = tmp_path / "state"
+    shutil.copytree(small, folder)
+    (folder / "weights" / "resnet18-200-seed0.safetensors").write_bytes(b"\x00" * 64)
+    assert script.main([*distilled, "--state", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "vit-200-deit-hard seed 0 stopped with an error: teacher file" in out
+    assert "Replace it with a good copy" in out
+    assert "--save-dir" not in out and "--teacher-dir" not in out, out
+
+
+QUICK = ["--standin", "--tiny", "--rows", "vit-50", "--seeds", "0", "--epochs", "1",
+         "--batch-size", "60"]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--save-every", "5"], "--save-every 5 needs --state DIR"),
+    (["--merge", "a.json", "--state", "s"], "--merge joins result files and trains nothing, so "
+                                            "--state would be ignored"),
+    (["--merge", "a.json", "--minutes", "5"], "so --minutes would be ignored"),
+    (["--state", "s", "--minutes", "1e9"], "--minutes: 1e9 is more than 10080 minutes (a week)"),
+    (["--state", "s", "--minutes", "1e308"], "--minutes: 1e308 is more than 10080 minutes"),
+    (["--state", "s", "--save-every", "1e9"], "--save-every: 1e9 is more than 10080 minutes"),
+    (["--state", ""], "--state: an empty name is the current folder"),
+    (["--plan-only", "--rows", "vit-200-deit-hard"], "vit-200-deit-hard learns from "
+                                                     "resnet18-200, which is not in --rows"),
+])  # fmt: skip
+def test_options_that_would_be_ignored_or_break_a_session_are_refused(script, argv, message,
+                                                                      tmp_path, capsys,
+                                                                      monkeypatch):  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    text = refused(script, [*QUICK, *argv], capsys)
+    assert message in text, text
+    assert list(tmp_path.iterdir()) == []  # nothing made, nothing trained
+
+
+def test_plan_only_counts_no_budgets_for_runs_never_timed(script, capsys):
+    assert script.main(["--plan-only", "--rows", "resnet18-200", "vit-200-deit-hard",
+                        "--minutes", "10"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "-0" not in out and "Timed runs: 0" in out
+    assert out.splitlines()[-1].startswith("In budgets of 10 minutes: none of these runs has a "
+                                           "measured epoch, so no count")  # fmt: skip
