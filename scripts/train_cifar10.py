@@ -47,8 +47,10 @@ data file copied over, continues each unfinished run where it stopped (on the CP
 is bit for bit the one an uninterrupted process makes). Runs share the GPU side by side
 (``--processes``: how many is measured at the start of each session and printed); a finished run
 joins ``DIR/results.json`` with the provenance of every session. A folder made with other data,
-code, torch, precision or recipe is refused. On a GPU the step is compiled (``--no-compile`` to
-train eagerly); the compiler's caches live in the folder too.
+code, torch, precision or recipe is refused, and so is one with results but no ``plan.json`` or
+one that holds what a state folder does not; a run that failed is named in every report with
+the file to delete to train it again. On a GPU the step is compiled (``--no-compile`` to train
+eagerly); the compiler's caches live in the folder too.
 
 Under ``torchrun`` each process takes its share of every global batch inside PyTorch's
 DistributedDataParallel (see ``fit``); only the first process writes. Each worker waits for the
@@ -65,6 +67,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import math
 import os
 import platform
 import shlex
@@ -125,6 +128,7 @@ SESSION_NOTE = ("wall_clock_minutes: the sum of the run's epochs over the sessio
                 "than a run alone when runs share the GPU")  # fmt: skip
 DIST_TIMEOUT_S = 300  # a torchrun worker waits this long for the others, then stops with a message
 EXIT_MARGIN_S = 10.0  # a session's runs stop this much before its budget (at most 5% of it)
+MAX_MINUTES = 7 * 24 * 60  # the longest budget or save interval taken: a week
 # fit(compile=True)'s epoch of the photo ViT on an H100, as measured (crop and flip, batch 256)
 H100_COMPILED = H100_SECONDS_PER_EPOCH["fit(compile=True), crop and flip"]
 
@@ -219,6 +223,11 @@ def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -
     fix = (f"it should hold {row} seed {seed}'s trained weights as --save-dir writes them. Train "
            f"the teacher again (--rows {row} --seeds {seed} --save-dir DIR) and point "
            "--teacher-dir at DIR, or replace the file with a good copy")  # fmt: skip
+    if getattr(args, "state", None) is not None:  # the state folder keeps its teachers itself
+        fix = (f"it should hold {row} seed {seed}'s trained weights, as a session keeps them in "
+               f"{path.parent}. Replace it with a good copy (from a copy of the state folder); "
+               f"without one, record {row} seed {seed} in a new state folder (--state NEW --rows "
+               f"{row} --seeds {seed}) and copy its weights/{path.name} here")  # fmt: skip
     teacher = build(ALL_ROWS[row], n_cls, args.tiny)
     try:
         metadata, _ = _weights.read_header(path)
@@ -414,9 +423,21 @@ def positive(text: str) -> int:
 
 def minutes(text: str) -> float:
     value = float(text)
-    if not 0 < value < float("inf"):
+    if not 0 < value:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of minutes; e.g. 10")
+    if value > MAX_MINUTES:  # inf too; a session's timer takes no more than that, either
+        raise argparse.ArgumentTypeError(
+            f"{text} is more than {MAX_MINUTES} minutes (a week), the most a session takes; "
+            "give this session's minutes, e.g. 10"
+        )
     return value
+
+
+def folder_arg(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name is the current folder; name the state "
+                                         "folder, e.g. runs/state")  # fmt: skip
+    return Path(text)
 
 
 def processes_arg(text: str) -> int | str:
@@ -462,7 +483,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
                         help="compile the training step (default: on a GPU, not under torchrun)")
     record = parser.add_argument_group("sessions of any length")
-    record.add_argument("--state", type=Path,
+    record.add_argument("--state", type=folder_arg,
                         help="record the plan into this state folder, continuing its unfinished "
                              "runs (results in STATE/results.json)")  # fmt: skip
     record.add_argument("--minutes", type=minutes,
@@ -470,7 +491,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     record.add_argument("--processes", type=processes_arg, default="auto",
                         help="runs side by side on the GPU: a number, auto (measured on a GPU, "
                              "up to 8; 1 on a CPU) or auto:N (measured, up to N)")  # fmt: skip
-    record.add_argument("--save-every", type=minutes, default=1.0,
+    record.add_argument("--save-every", type=minutes,
                         help="minutes between two saves of a run's state (default 1)")
     record.add_argument("--plan-only", action="store_true",
                         help="print the plan and its cost from the measured compiled epoch, "
@@ -483,10 +504,22 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
         parser.error(f"--seeds {' '.join(map(str, args.seeds))} names a seed twice; one run "
                      "per seed (two would count as two seeds).")  # fmt: skip
     if args.merge:
+        ignored = [flag for flag, given in (
+            ("--state", args.state is not None), ("--minutes", args.minutes is not None),
+            ("--save-every", args.save_every is not None), ("--plan-only", args.plan_only))
+            if given]  # fmt: skip
+        if ignored:
+            flags = " and ".join(ignored)
+            parser.error(f"--merge joins result files and trains nothing, so {flags} would be "
+                         "ignored; merge in a command of its own (a state folder's "
+                         "STATE/results.json merges as any results file).")  # fmt: skip
         return args, parser
     if args.minutes is not None and args.state is None and not args.plan_only:
         parser.error(f"--minutes {args.minutes:g} needs --state DIR: a budget stops the runs, "
                      "and only a state folder keeps what they did for the next session.")
+    if args.save_every is not None and args.state is None:
+        parser.error(f"--save-every {args.save_every:g} needs --state DIR: it says how often a "
+                     "run's state is saved into a state folder, and without one nothing is.")
     if args.state is not None or args.plan_only:
         return state_plan(args, parser), parser
     args.rows = args.rows or list(ROWS)
@@ -511,13 +544,23 @@ def check_teachers(args, parser: argparse.ArgumentParser, saved) -> None:
             continue
         absent = [seed for seed in seeds if (teacher, seed) not in planned
                   and not saved(name, seed)]  # fmt: skip
-        if absent:
-            missing = teacher_path(args, name, absent[0])
-            where = "in the state folder" if args.state else "in --teacher-dir"
+        if not absent:
+            continue
+        if args.state is None and args.plan_only:  # a plan is what a new state folder records
+            parser.error(f"{name} learns from {teacher}, which is not in --rows for seeds "
+                         f"{absent}; add {teacher} to --rows: a state folder trains a teacher "
+                         "before the rows distilled from it, and the plan prices both.")
+        missing = teacher_path(args, name, absent[0])
+        if args.state is not None:
             parser.error(f"{name} learns from {teacher}, which is neither in --rows for seeds "
-                         f"{absent} nor saved {where} ({missing}); add {teacher} to "
-                         "--rows (with --save-dir to keep it), or point --teacher-dir at its "
-                         "weights.")  # fmt: skip
+                         f"{absent} nor saved in the state folder ({missing}); add {teacher} to "
+                         "--rows (the session trains it first and keeps its weights in "
+                         f"{missing.parent}), or copy its trained weights there as "
+                         f"{missing.name}.")  # fmt: skip
+        parser.error(f"{name} learns from {teacher}, which is neither in --rows for seeds "
+                     f"{absent} nor saved in --teacher-dir ({missing}); add {teacher} to "
+                     "--rows (with --save-dir to keep it), or point --teacher-dir at its "
+                     "weights.")  # fmt: skip
 
 
 def state_plan(args, parser: argparse.ArgumentParser) -> argparse.Namespace:
@@ -549,6 +592,8 @@ def state_plan(args, parser: argparse.ArgumentParser) -> argparse.Namespace:
             parser.error(str(error))
         args.teacher_dir = args.folder.weights
         check_teachers(args, parser, lambda name, seed: teacher_path(args, name, seed).is_file())
+    else:
+        check_teachers(args, parser, lambda name, seed: False)
     return args
 
 
@@ -561,6 +606,7 @@ def check_outputs(args, parser: argparse.ArgumentParser) -> dict | None:
         if args.out.exists():
             existing = records.read_json(args.out, remedy="choose another --out.")
             records.check_together([(str(args.out), existing)], allow_mixed=True)
+            records.check_finite(args.out, existing, remedy="choose another --out.")
         if args.save_dir is not None:
             for name, seeds in args.plan:
                 for seed in seeds:
@@ -590,7 +636,12 @@ def print_plan(args) -> None:
           "mixing, erasing and validation add to the measured epoch); never timed on a GPU: "
           f"{len(cost) - len(timed)} runs of {', '.join(untimed) or 'no row'}.")  # fmt: skip
     budget = args.minutes or 10.0
-    print(f"In budgets of {budget:g} minutes: at least {-(-sum(timed) // budget):.0f} for the "
+    if not timed:
+        print(f"In budgets of {budget:g} minutes: none of these runs has a measured epoch, so no "
+              "count; a session of them measures its own (the report after it counts the "
+              "budgets left).")  # fmt: skip
+        return
+    print(f"In budgets of {budget:g} minutes: at least {math.ceil(sum(timed) / budget)} for the "
           "timed runs alone, before each session's start and compiling (51 s cold, on the H100 "
           "above) and the untimed runs.")  # fmt: skip
 
@@ -608,6 +659,11 @@ def folder_identity(args, splits: ImageSplits, device: torch.device) -> dict:
         "epochs_override": args.epochs,
         "batch_size_override": args.batch_size,
     }
+
+
+def planned_rows(args) -> dict[str, tuple[int, dict]]:
+    """Row -> (epochs, recipe) of every row a state folder of this identity records."""
+    return {name: (epochs_of(name, args), recipe(name, args.batch_size)) for name in NEXT}
 
 
 def teachers_of(args) -> set[tuple[str, int]]:
@@ -652,7 +708,7 @@ def record_run(row: str, seed: int, splits: ImageSplits, args, identity: dict,
 
     checkpointer = training_state.Checkpointer(
         state_path, extra={"identity": run_identity}, deadline=deadline,
-        save_every_s=60 * args.save_every, stop=stop, epochs=epochs_of(row, args),
+        save_every_s=60 * (args.save_every or 1.0), stop=stop, epochs=epochs_of(row, args),
         on_epoch=on_epoch, typical=max(earlier[-3:], default=None))  # fmt: skip
     try:
         with training_state.hard_deadline(deadline):
@@ -691,8 +747,8 @@ def work(args, parser: argparse.ArgumentParser) -> int:
     splits = load_splits(args)
     identity = folder_identity(args, splits, device)
     try:
-        args.folder.claim(identity)
-    except StateMismatchError as error:
+        args.folder.claim(identity, planned=planned_rows(args))
+    except (StateMismatchError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: {error}\n")
     with training_state.StopRequest() as stop:
         what = record_run(row, int(seed), splits, args, identity, device, int(args.session),
@@ -818,10 +874,10 @@ def record(args, parser: argparse.ArgumentParser) -> int:
     splits = load_splits(args)
     identity = folder_identity(args, splits, device)
     try:
-        new = folder.claim(identity)
+        new = folder.claim(identity, planned=planned_rows(args))
+        folder.join_finished()  # runs an earlier session finished but did not record
     except (StateMismatchError, OSError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: {error}\n")
-    folder.join_finished()  # runs an earlier session finished but did not record
     recorded, failed = folder.recorded(), folder.failed()
     todo = [key for key in args.order if key not in recorded and key not in failed]
     gpu = torch.cuda.is_available()
@@ -836,7 +892,8 @@ def record(args, parser: argparse.ArgumentParser) -> int:
              "timing": SESSION_NOTE}  # fmt: skip
     session = folder.begin_session(entry)
     print(f"Session {session} of {folder.root} ({'new' if new else 'continued'}): "
-          f"{len(recorded)} of {len(args.order)} runs recorded, {len(todo)} to go"
+          f"{sum(key in recorded for key in args.order)} of {len(args.order)} runs recorded, "
+          f"{len(todo)} to go"
           + (f", {len(failed)} failed earlier" if failed else "")
           + (f"; {args.minutes:g} minutes" if args.minutes else ""), flush=True)  # fmt: skip
     notes = []
@@ -844,16 +901,28 @@ def record(args, parser: argparse.ArgumentParser) -> int:
         with training_state.StopRequest() as stop:
             one_session(args, todo, splits, identity, device, session, deadline, stop, chooser,
                         notes)  # fmt: skip
+        finished = folder.join_finished()
     except (StateMismatchError, training_state.TrainingStateError) as error:
-        folder.end_session(session, minutes=round((time.monotonic() - start) / 60, 3),
-                           ended=now_iso(), error=str(error))  # fmt: skip
+        end_failed(folder, session, start, str(error))
         parser.exit(2, f"{parser.prog}: {error}\n")
-    finished = folder.join_finished()
+    except BaseException as error:  # whatever stopped it, the session's entry says so
+        end_failed(folder, session, start, f"{type(error).__name__}: {error}")
+        raise
     used = (time.monotonic() - start) / 60
     folder.end_session(session, minutes=round(used, 3), side_by_side=chooser.target,
                        concurrency=concurrency(args, chooser), ended=now_iso())  # fmt: skip
     report(args, session, used, chooser, notes, finished)
     return 0
+
+
+def end_failed(folder: StateFolder, session: int, start: float, error: str) -> None:
+    """End the provenance entry of a session that stopped with an error, with the error."""
+    try:
+        folder.end_session(session, minutes=round((time.monotonic() - start) / 60, 3),
+                           ended=now_iso(), error=error)  # fmt: skip
+    except (OSError, ValueError) as failure:  # a full disk, say: the error above still stands
+        print(f"could not end session {session} in {folder.results_path} ({failure})",
+              file=sys.stderr)
 
 
 def concurrency(args, chooser: Concurrency) -> str:
@@ -904,13 +973,20 @@ def report(args, session: int, used: float, chooser: Concurrency, notes: list[st
           + f"; runs side by side: {concurrency(args, chooser)}.")  # fmt: skip
     for note in notes:
         print(f"  {note}")
+    failed = {key: error for key, error in folder.failed().items() if key in args.order}
     done = [key for key in args.order if key in recorded]
     left = [(row, seed, epochs_of(row, args) - ((folder.progress(row, seed) or {}).get(
-        "epochs", 0))) for row, seed in args.order if (row, seed) not in recorded]  # fmt: skip
+        "epochs", 0))) for row, seed in args.order
+        if (row, seed) not in recorded and (row, seed) not in failed]  # fmt: skip
     print(f"Done: {len(done)} of {len(args.order)} runs"
           + (f" ({len(finished)} finished in this session)" if finished else "") + ".")
+    for (row, seed), error in failed.items():  # skipped by every session until the file goes
+        print(f"Failed, not retried: {row} seed {seed}: {error}; delete "
+              f"{folder.path(row, seed, '.failed.json')} to train it again (from its last saved "
+              f"state, {folder.path(row, seed, '.pt').name}, if there is one).")  # fmt: skip
     if not left:
-        print(f"All recorded: {folder.results_path}.")
+        if not failed:
+            print(f"All recorded: {folder.results_path}.")
         return
     print("Remaining: " + ", ".join(f"{row} seed {seed} ({epochs} epochs left)"
                                     for row, seed, epochs in left) + ".")  # fmt: skip

@@ -73,3 +73,15 @@ def test_bad_inputs_name_the_values_and_the_fix():
         paired_difference({}, {})
     with pytest.raises(ValueError, match="at least 1 degree of freedom"):
         t_quantile_975(0)
+
+
+def test_percentages_beside_fractions_are_refused():
+    with pytest.raises(ValueError, match=r"a holds values up to 79 and b values within \[0, 1\]: "
+                       r"percentages beside fractions\? Give both as fractions \(79 -> 0\.79\)"):
+        paired_difference({0: 79.0, 1: 78.5}, {0: 0.8, 1: 0.78})
+    with pytest.raises(ValueError, match=r"b holds values up to 80\.5 and a values within"):
+        paired_difference({0: 0.8}, {0: 80.5})
+    # numbers of one kind on both sides, or close in size, are compared as given
+    assert paired_difference({0: 79.0, 1: 81.0}, {0: 80.0, 1: 78.0}).n == 2
+    assert paired_difference({0: 1.2, 1: 1.1}, {0: 0.9, 1: 0.95}).mean == pytest.approx(0.225)
+    assert paired_difference({0: 0.02, 1: -0.01}, {0: 0.0, 1: 0.03}).n == 2

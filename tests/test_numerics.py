@@ -61,3 +61,26 @@ def test_bad_inputs_say_what_to_pass():
         tolerance("bf16", 1.0, units=0)
     with pytest.raises(ValueError, match=r"shape \(B, n_cls\), got \(2, 3\) and \(3, 2\)"):
         compare_logits(torch.zeros(2, 3), torch.zeros(3, 2), "bf16")
+
+
+def test_a_scale_that_is_not_a_size_is_refused():
+    for scale in (-2.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=rf"scale={scale!r} must be a finite number >= 0; "
+                           r"pass the size of the values"):  # fmt: skip
+            tolerance("bf16", scale)
+    with pytest.raises(TypeError, match=r"scale must be a number, got '2\.0'"):
+        tolerance("bf16", "2.0")
+    assert tolerance("bf16", 0) == 0.0  # all-zero values: no room at all
+
+
+def test_a_reference_that_is_not_finite_is_refused_not_held():
+    reference = torch.tensor([[1.0, -0.5, 0.25], [0.5, float("inf"), 0.0]])
+    result = torch.tensor([[1.0, -0.5, 0.25], [0.5, 3.0, 0.0]])  # finite: the gap is inf
+    with pytest.raises(ValueError, match=r"reference holds inf or NaN \(row 1\); the fp32 logits "
+                       r"must be finite.*compute them again"):  # fmt: skip
+        compare_logits(reference, result, "bf16")
+    reference[1, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"reference holds inf or NaN \(row 1\)"):
+        compare_logits(reference, result, "bf16")
+    overflowed = compare_logits(result, reference, "bf16")  # the low precision overflowed
+    assert not overflowed.holds

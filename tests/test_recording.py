@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,6 +22,8 @@ import pytest
 import torch
 
 from vitbook.checkpoints import load_model
+from vitbook.recording import progress_of
+from vitbook.records import ResultsFileError
 from vitbook.resume import load_state, save_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,3 +256,151 @@ def test_plan_only_prices_the_plan_from_the_compiled_epoch(script, capsys):
     assert "Timed runs: 17, at least 31.5 H100-minutes" in lines[-2]
     assert "9 runs of resnet18-200, vit-200-conv-stem, vit-200-deit-hard" in lines[-2]
     assert lines[-1].startswith("In budgets of 10 minutes: at least 4 for the timed runs")
+
+
+def test_progress_of_refuses_a_seed_written_as_text():
+    run = {"row": "a", "seed": 0, "epochs": 2, "recipe": {}}
+    for seed in ("0", 0.0, True, None):
+        with pytest.raises(ResultsFileError, match=rf"run 1 of x\.json has row 'a' and seed "
+                           rf"{re.escape(repr(seed))} .*write the seed as a number"):  # fmt: skip
+            progress_of({"runs": [run, {**run, "seed": seed}]}, [("a", 0)], {"a": (2, {})},
+                        source="x.json")  # fmt: skip
+    with pytest.raises(ResultsFileError, match=r"run 0 of the results has row 3 .*a row is a name"):
+        progress_of({"runs": [{**run, "row": 3}]}, [("a", 0)], {"a": (2, {})})
+    assert progress_of({"runs": [run]}, [("a", 0)], {"a": (2, {})}).complete
+
+
+SMALL = [*PLAN, "--rows", "vit-50", "--epochs", "1"]
+
+
+@pytest.fixture(scope="module")
+def small(script, tmp_path_factory) -> Path:
+    """A state folder of one recorded run (vit-50 seed 0, one epoch)."""
+    folder = tmp_path_factory.mktemp("small") / "state"
+    assert script.main([*SMALL, "--state", str(folder)]) == 0
+    return folder
+
+
+def refused(script, argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        script.main(argv)
+    assert stopped.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_folder_that_lost_its_plan_or_holds_other_runs_is_refused(script, small, tmp_path,
+                                                                    capsys):  # fmt: skip
+    folder = tmp_path / "state"
+    shutil.copytree(small, folder)
+    before = (folder / "results.json").read_bytes()
+    (folder / "plan.json").unlink()
+    text = refused(script, [*SMALL, "--epochs", "3", "--state", str(folder)], capsys)
+    assert "holds results.json and runs/ but no plan.json" in text and "Nothing trained" in text
+    assert not (folder / "plan.json").exists()  # not claimed as a new folder
+    shutil.copy(small / "plan.json", folder / "plan.json")
+    (run,) = results(folder)["runs"]
+    for seed, epochs, message in ((5, 7, "vit-50-seed5.done.json holds vit-50 seed 5 trained for "
+                                         "7 epochs"),
+                                  ("0", 1, "holds row 'vit-50' seed '0' (str)")):  # fmt: skip
+        done = folder / "runs" / f"vit-50-seed{seed}.done.json"
+        done.write_text(json.dumps({**run, "seed": seed, "epochs": epochs}))
+        text = refused(script, [*SMALL, "--state", str(folder)], capsys)
+        assert message in text and "Nothing joined" in text, text
+        assert done.exists() and (folder / "results.json").read_bytes() == before
+        done.unlink()
+    # a run of the same recipe recorded with other --seeds joins, and counts apart from the plan
+    (folder / "runs" / "vit-50-seed5.done.json").write_text(json.dumps({**run, "seed": 5}))
+    assert script.main([*SMALL, "--state", str(folder)]) == 0
+    assert "(continued): 1 of 1 runs recorded, 0 to go" in capsys.readouterr().out
+    assert [r["seed"] for r in results(folder)["runs"]] == [0, 5]
+    outs = tmp_path / "outs"  # a folder of --out results files
+    outs.mkdir()
+    shutil.copy(small / "results.json", outs / "cifar10-20250101T000000Z.json")
+    text = refused(script, [*SMALL, "--state", str(outs)], capsys)
+    assert "holds cifar10-20250101T000000Z.json, which is not part of a state folder" in text
+    assert sorted(p.name for p in outs.iterdir()) == ["cifar10-20250101T000000Z.json"]
+
+
+def test_a_session_that_fails_still_ends_its_provenance_entry(script, small, tmp_path,
+                                                             monkeypatch):  # fmt: skip
+    folder = tmp_path / "state"
+    shutil.copytree(small, folder)
+
+    def broken(*args):
+        raise RuntimeError("the GPU fell off the bus")
+
+    monkeypatch.setattr(script, "one_session", broken)
+    with pytest.raises(RuntimeError, match="fell off the bus"):
+        script.main([*SMALL, "--state", str(folder)])
+    entry = results(folder)["provenance"][-1]
+    assert entry["session"] == 1 and entry["error"] == "RuntimeError: the GPU fell off the bus"
+    assert "ended" in entry and entry["minutes"] >= 0
+
+
+def test_a_failed_run_is_named_with_its_error_and_how_to_train_it_again(script, small, tmp_path,
+                                                                        capsys):  # fmt: skip
+    folder = tmp_path / "state"
+    shutil.copytree(small, folder)
+    failed = folder / "runs" / "vit-50-seed1.failed.json"
+    failed.write_text(json.dumps({"row": "vit-50", "seed": 1,
+                                  "error": "the loss is nan at epoch 1, step 3"}))  # fmt: skip
+    assert script.main([*SMALL, "--seeds", "0", "1", "--state", str(folder), "--minutes",
+                        "1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert (f"Failed, not retried: vit-50 seed 1: the loss is nan at epoch 1, step 3; delete "
+            f"{failed} to train it again") in out, out
+    assert "Go on with the same command" not in out and "epochs left" not in out
+    assert "more budgets" not in out  # a failed run waits for no budget
+
+
+def test_a_missing_or_damaged_teacher_under_state_gets_a_remedy_that_fits(script, small,
+                                                                         tmp_path, capsys):
+    distilled = [*PLAN, "--rows", "vit-200-deit-hard", "--epochs", "1"]
+    text = refused(script, [*distilled, "--state", str(tmp_path / "new")], capsys)
+    text = text.splitlines()[-1]  # the error, without the usage that lists every option
+    assert "vit-200-deit-hard learns from resnet18-200" in text
+    assert f"add resnet18-200 to --rows (the session trains it first and keeps its weights in " \
+           f"{tmp_path / 'new' / 'weights'})" in text  # fmt: skip
+    assert "--save-dir" not in text and "--teacher-dir" not in text, text
+    folder = tmp_path / "state"
+    shutil.copytree(small, folder)
+    (folder / "weights" / "resnet18-200-seed0.safetensors").write_bytes(b"\x00" * 64)
+    assert script.main([*distilled, "--state", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "vit-200-deit-hard seed 0 stopped with an error: teacher file" in out
+    assert "Replace it with a good copy" in out
+    assert "--save-dir" not in out and "--teacher-dir" not in out, out
+
+
+QUICK = ["--standin", "--tiny", "--rows", "vit-50", "--seeds", "0", "--epochs", "1",
+         "--batch-size", "60"]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--save-every", "5"], "--save-every 5 needs --state DIR"),
+    (["--merge", "a.json", "--state", "s"], "--merge joins result files and trains nothing, so "
+                                            "--state would be ignored"),
+    (["--merge", "a.json", "--minutes", "5"], "so --minutes would be ignored"),
+    (["--state", "s", "--minutes", "1e9"], "--minutes: 1e9 is more than 10080 minutes (a week)"),
+    (["--state", "s", "--minutes", "1e308"], "--minutes: 1e308 is more than 10080 minutes"),
+    (["--state", "s", "--save-every", "1e9"], "--save-every: 1e9 is more than 10080 minutes"),
+    (["--state", ""], "--state: an empty name is the current folder"),
+    (["--plan-only", "--rows", "vit-200-deit-hard"], "vit-200-deit-hard learns from "
+                                                     "resnet18-200, which is not in --rows"),
+])  # fmt: skip
+def test_options_that_would_be_ignored_or_break_a_session_are_refused(script, argv, message,
+                                                                      tmp_path, capsys,
+                                                                      monkeypatch):  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    text = refused(script, [*QUICK, *argv], capsys)
+    assert message in text, text
+    assert list(tmp_path.iterdir()) == []  # nothing made, nothing trained
+
+
+def test_plan_only_counts_no_budgets_for_runs_never_timed(script, capsys):
+    assert script.main(["--plan-only", "--rows", "resnet18-200", "vit-200-deit-hard",
+                        "--minutes", "10"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "-0" not in out and "Timed runs: 0" in out
+    assert out.splitlines()[-1].startswith("In budgets of 10 minutes: none of these runs has a "
+                                           "measured epoch, so no count")  # fmt: skip

@@ -8,6 +8,7 @@ written only with --write-assets.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import json
@@ -112,6 +113,33 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
+def test_a_full_disk_names_the_file_the_size_and_what_to_do(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    records.write_json(path, {"runs": [1]})
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OSError, match=r"^\[Errno 28\] No space left on device: writing .*results"
+                       r"\.json \(32 bytes to write\) failed; results\.json is as it was and no "
+                       r"temporary file is left\. Free space on that disk \(df -h .*\) or write "
+                       r"elsewhere, then run the command again\.$") as caught:  # fmt: skip
+        records.write_json(path, {"runs": [1, 2, 3]})
+    assert caught.value.errno == errno.ENOSPC  # still an OSError of a full disk
+    monkeypatch.undo()
+
+    def half(temporary: Path) -> None:  # a writer of unknown size: what it wrote is named
+        temporary.write_bytes(b"x" * 3000)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match=r"writing .*model\.bin \(2\.9 KiB written when the disk "
+                       r"filled\) failed; model\.bin"):  # fmt: skip
+        records.write_with(tmp_path / "model.bin", half)
+    assert json.loads(path.read_text()) == {"runs": [1]}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
 def test_a_new_file_gets_the_usual_permissions(tmp_path):
     umask = os.umask(0o022)
     try:
@@ -179,6 +207,14 @@ def test_damaged_results_files_are_named_with_what_to_do(tmp_path, load):
         load(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"missing\.json does not exist; .*scripts/"):
         load(tmp_path / "missing.json")
+
+
+def test_a_file_nested_too_deep_to_read_is_named(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"runs": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ResultsFileError, match=r"deep\.json nests deeper than a results file "
+                       r"does .*it is not a results file; record it again"):  # fmt: skip
+        records.read_json(deep, remedy="record it again")
 
 
 def test_a_damaged_shipped_file_says_how_to_restore_it(tmp_path, monkeypatch):

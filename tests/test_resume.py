@@ -5,6 +5,7 @@ belong to the call is refused, and a damaged state file is named."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,64 @@ def test_a_damaged_state_file_is_named_with_what_to_do(tmp_path):
     with pytest.raises(TrainingStateError, match=r"plain\.pt is not a training state of layout"):
         load_state(plain)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.pt", "plain.pt"]  # no temporary
+
+
+def test_a_state_of_other_data_another_strength_or_past_its_epochs_is_refused():
+    data = problem()
+    saved = {}
+    recipe = {"epochs": 3, "batch_size": 16, "augment": random_shift(1), "mix": mixup_cutmix(3),
+              "progress": False}  # fmt: skip
+    fit(vit(), data, **recipe,
+        after_epoch=lambda done, state: saved.setdefault("state", state()) and True)  # fmt: skip
+    state = saved["state"]
+    images, labels = data
+    for other in ((images * 0.5, labels), (images, (labels + 1) % 3), (images.flip(0), labels)):
+        with pytest.raises(TrainingStateError, match=r"other arguments \(train_data_sha256="
+                                                     r"'[0-9a-f]{16}' then, '[0-9a-f]{16}' now\)"):
+            fit(vit(), other, resume=state, **recipe)
+    with pytest.raises(TrainingStateError, match=r"eval_data_sha256=None then, '[0-9a-f]{16}' now"):
+        fit(vit(), data, resume=state, eval_data=problem(18), **recipe)
+    with pytest.raises(TrainingStateError, match=r"augment='random_shift\.<locals>\.augment\("
+                                                 r"max_shift=1\)' then, '.*max_shift=2\)' now"):
+        fit(vit(), data, resume=state, **{**recipe, "augment": random_shift(2)})
+    with pytest.raises(TrainingStateError, match=r"mix='mixup_cutmix\.<locals>\.mix\(.*"
+                                                 r"mixup_alpha=0\.8.*then, .*mixup_alpha=0\.4"):
+        fit(vit(), data, resume=state, **{**recipe, "mix": mixup_cutmix(3, mixup_alpha=0.4)})
+    for epoch in (4, -1, "2"):
+        with pytest.raises(TrainingStateError, match=rf"says {re.escape(repr(epoch))} epochs are "
+                           r"done, but this fit trains 3.*start the run again"):  # fmt: skip
+            fit(vit(), data, resume={**state, "epoch": epoch}, **recipe)
+    again = fit(vit(seed=4), data, resume=state, **{**recipe, "augment": random_shift(1),
+                                                   "mix": mixup_cutmix(3)})  # fmt: skip
+    assert again.epochs == 3  # the same data and the same strengths, built again: taken up
+
+
+def test_a_changed_byte_or_a_folder_in_place_of_the_state_is_named(tmp_path):
+    path, states = tmp_path / "run.pt", {}
+
+    def keep(done, state):
+        states[done] = state()
+        save_state(path, states[done])
+
+    fit(vit(), problem(), epochs=1, batch_size=16, progress=False, after_epoch=keep)
+    whole = path.read_bytes()
+    step = max(1, len(whole) // 40)
+    for at in [*range(0, len(whole), step), len(whole) - 1]:
+        flipped = bytearray(whole)
+        flipped[at] ^= 0x01  # one bit, anywhere: header, pickle or weights
+        path.write_bytes(bytes(flipped))
+        with pytest.raises(TrainingStateError, match=r"run\.pt is not a readable training state"
+                                                     r".*delete .*run\.pt to train that run again"):
+            load_state(path)
+    path.write_bytes(whole)
+    assert load_state(path)["epoch"] == 1
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(TrainingStateError, match=r"run\.pt is a folder, not a training state; "
+                                                 r"move it away"):  # fmt: skip
+        load_state(path)
+    plain = tmp_path / "plain.pt"
+    torch.save(states[1], plain)  # a state without save_state's checksum
+    with pytest.raises(TrainingStateError, match=r"plain\.pt holds a training state without a "
+                                                 r"checksum"):  # fmt: skip
+        load_state(plain)

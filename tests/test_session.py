@@ -199,3 +199,111 @@ def test_a_hard_deadline_stops_an_epoch_that_runs_over():
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is off again
     with hard_deadline(None):
         time.sleep(0.01)
+
+
+def test_numbers_that_are_no_seconds_or_counts_are_refused(tmp_path):
+    nan = float("nan")
+    for kwargs, message in (
+        ({"save_every_s": nan}, r"save_every_s=nan must be a number of seconds > 0"),
+        ({"save_every_s": -1.0}, r"save_every_s=-1\.0 must be a number of seconds > 0"),
+        ({"deadline": nan}, r"deadline=nan must be a finite number; pass a clock\(\) time"),
+        ({"typical": -2.0}, r"typical=-2\.0 must be a finite number >= 0"),
+        ({"epochs": 0}, r"epochs=0 must be an int >= 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            Checkpointer(tmp_path / "run.pt", **kwargs)
+    with pytest.raises(TypeError, match=r"save_every_s must be a number, got '60'"):
+        Checkpointer(tmp_path / "run.pt", save_every_s="60")
+    assert Checkpointer(tmp_path / "run.pt", save_every_s=float("inf")).save_every_s > 1e9
+    chooser = Concurrency(most=4)
+    for seconds in (nan, -2.0, 0.0, float("inf")):
+        with pytest.raises(ValueError, match=rf"seconds={seconds!r} must be a finite number > 0; "
+                           r"pass the reference run's epoch time"):  # fmt: skip
+            chooser.observe(1, seconds)
+    with pytest.raises(ValueError, match=r"processes=0 must be an int >= 1"):
+        chooser.observe(0, 2.0)
+    assert chooser.seconds == {} and chooser.target == 1  # nothing taken in
+    with pytest.raises(ValueError, match=r"most=0 must be an int >= 1"):
+        Concurrency(most=0)
+    left, times = [("vit-50", 0, 10)], {"vit-50": 2.0}
+    for kwargs, message in (
+        ({"processes": -1}, r"processes=-1 must be an int >= 1"),
+        ({"budget_s": nan}, r"budget_s=nan must be a finite number > 0"),
+        ({"overhead_s": -5.0}, r"overhead_s=-5\.0 must be a finite number >= 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            budgets_left(left, times, **{"processes": 1, "budget_s": 600, "overhead_s": 0,
+                                         **kwargs})  # fmt: skip
+    with pytest.raises(ValueError, match=r"vit-50 seed 0 has -3 epochs left; epochs left are an "
+                       r"int >= 0"):  # fmt: skip
+        budgets_left([("vit-50", 0, -3)], times, processes=1, budget_s=600, overhead_s=0)
+    with pytest.raises(ValueError, match=r"epoch_seconds\['vit-50'\]=nan must be a finite"):
+        budgets_left(left, {"vit-50": nan}, processes=1, budget_s=600, overhead_s=0)
+
+
+PLANNED = {"vit-50": (50, {"lr": 1e-3}), "vit-200": (200, {"lr": 5e-4})}
+RUN = {"row": "vit-50", "seed": 0, "epochs": 50, "recipe": {"lr": 1e-3}, "test_accuracy": 0.8}
+
+
+def test_a_folder_without_its_plan_or_with_what_is_not_a_state_folders_is_refused(tmp_path):
+    folder = StateFolder(tmp_path / "state")
+    folder.claim(IDENTITY, planned=PLANNED)
+    folder.begin_session({"gpu": None})
+    folder.plan_path.unlink()  # the runs stay; what they share is no longer written down
+    for kept in ("results.json", "runs/"):
+        with pytest.raises(StateMismatchError, match=rf"holds {kept}.* but no plan\.json.*"
+                           r"Nothing trained\. Restore plan\.json from a copy"):  # fmt: skip
+            folder.claim({**IDENTITY, "epochs_override": 3}, planned=PLANNED)
+        assert not folder.plan_path.exists()  # not claimed as a new folder
+        folder.results_path.unlink(missing_ok=True)
+        (folder.runs / "vit-50-seed0.json").write_text("{}")
+    plain = tmp_path / "runs"  # a folder of --out results files
+    plain.mkdir()
+    (plain / "cifar10-20250101T000000Z.json").write_text('{"runs": [], "provenance": []}')
+    with pytest.raises(StateMismatchError, match=r"holds cifar10-20250101T000000Z\.json, which "
+                       r"is not part of a state folder \(plan\.json, results\.json, runs/, "
+                       r"weights/, cache/\).*Nothing trained"):  # fmt: skip
+        StateFolder(plain).claim(IDENTITY, planned=PLANNED)
+    assert sorted(p.name for p in plain.iterdir()) == ["cifar10-20250101T000000Z.json"]
+    with pytest.raises(ValueError, match=r"an empty name is the current folder; name the state "
+                       r"folder"):  # fmt: skip
+        StateFolder("")
+    teachers = StateFolder(tmp_path / "teachers")  # weights copied in before the first session
+    teachers.weights.mkdir(parents=True)
+    (teachers.weights / "resnet18-200-seed0.safetensors").write_bytes(b"weights")
+    (teachers.root / ".results.json.x1y2.tmp").write_bytes(b"")  # a write cut by a kill
+    assert teachers.claim(IDENTITY, planned=PLANNED) is True
+
+
+def test_results_and_finished_runs_are_checked_against_the_plan(tmp_path):
+    folder = StateFolder(tmp_path)
+    folder.claim(IDENTITY, planned=PLANNED)
+    folder.begin_session({"gpu": None})
+    for name, run, message in [
+        ("vit-50-seed5", {**RUN, "seed": 5, "epochs": 7},
+         r"vit-50-seed5\.done\.json holds vit-50 seed 5 trained for 7 epochs with recipe "
+         r"\{'lr': 0\.001\}, but this folder's plan has 50 epochs and \{'lr': 0\.001\}"),
+        ("vit-50-seed0", {**RUN, "seed": "0"}, r"vit-50-seed0\.done\.json holds row 'vit-50' "
+         r"seed '0' \(str\); a row is a name and a seed an int"),
+        ("vit-50-seed0", {**RUN, "recipe": {"lr": 0.1}}, r"with recipe \{'lr': 0\.1\}, but"),
+        ("resnet18-seed0", {**RUN, "row": "resnet18"}, r"holds a run of 'resnet18', a row this "
+         r"folder's plan does not record \(vit-50, vit-200\)"),
+        ("vit-50-seed0", {**RUN, "seed": 1}, r"vit-50-seed0\.done\.json holds vit-50 seed 1, not "
+         r"the run its name says"),
+    ]:  # fmt: skip
+        path = folder.runs / f"{name}.done.json"
+        records.write_json(path, run)
+        with pytest.raises(StateMismatchError, match=message + r".*Nothing joined.*move it out"):
+            folder.join_finished()
+        assert path.exists() and folder.results()["runs"] == []  # kept, and not joined
+        path.unlink()
+    records.write_json(folder.path("vit-50", 0, ".done.json"), RUN)
+    assert folder.join_finished() == [RUN]
+    with pytest.raises(StateMismatchError, match=r"results\.json holds vit-50 seed 0 trained for "
+                       r"50 epochs .*but this folder's plan has 60 epochs.*Nothing trained"):
+        folder.claim(IDENTITY, planned={**PLANNED, "vit-50": (60, {"lr": 1e-3})})
+    text = folder.results_path.read_text()
+    folder.results_path.write_text(text.replace('"test_accuracy": 0.8', '"test_accuracy": NaN'))
+    with pytest.raises(records.ResultsFileError, match=r"results\.json holds nan at runs\[0\]\."
+                       r"test_accuracy: JSON has no NaN.*Nothing trained.*null"):  # fmt: skip
+        folder.claim(IDENTITY, planned=PLANNED)

@@ -450,3 +450,30 @@ def test_the_torchrun_wait_is_bounded_and_says_what_it_waits_for(monkeypatch, ca
     assert seen == {"backend": "gloo", "timeout": datetime.timedelta(seconds=300)}
     assert ("each of 2 workers waits at most 300 s for the others, to start and at every "
             "step's gradient average") in capsys.readouterr().out  # fmt: skip
+
+
+def test_an_out_file_it_could_not_write_back_is_refused_before_training(tmp_path, capsys,
+                                                                        monkeypatch):  # fmt: skip
+    """A results file with a NaN literal (an older write_json wrote them): once the run had
+    trained, the file could not be written again and the run was saved nowhere."""
+    script = load_script()
+    trained = []
+
+    def fake_run(name, seed, splits, args, device, rank):
+        trained.append((name, seed))
+        return {"row": name, "seed": seed, "epochs": 1, "recipe": script.recipe(name, 60),
+                "final_val_accuracy": 0.5, "test_accuracy": 0.5,
+                "wall_clock_minutes": 0.1}, None  # fmt: skip
+
+    monkeypatch.setattr(script, "run", fake_run)
+    out = tmp_path / "old.json"
+    earlier = {"row": "vit-crop-flip", "seed": 1, "epochs": 1,
+               "recipe": script.recipe("vit-crop-flip", 60), "train_loss": [float("nan")]}
+    out.write_text(json.dumps({"runs": [earlier], "provenance": [{"device": "CPU"}]}))
+    kept = out.read_bytes()
+    assert b"NaN" in kept
+    text = refusal(script, [*TINY, "--epochs", "1", "--seeds", "0", "--allow-mixed", "--out",
+                            str(out)], capsys)  # fmt: skip
+    assert "old.json holds nan at runs[0].train_loss[0]: JSON has no NaN" in text, text
+    assert "Nothing trained. Write null there" in text and "or choose another --out" in text
+    assert trained == [] and out.read_bytes() == kept

@@ -1,4 +1,5 @@
-"""The checks of ``fit``'s inputs: arguments, data, weights, and the first augmented batch.
+"""The checks of ``fit``'s inputs: arguments, data, weights, and the first augmented batch; and
+what a resumed run must repeat of them (the data's checksum, the functions' settings).
 
 Everything here runs before the first step, or at the first step only, so that a mistake is
 reported where the data enter, in words about images and labels, and training never pays for it
@@ -9,6 +10,9 @@ See chapter: Training and classification.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import types
 from collections.abc import Callable
 
 import torch
@@ -183,3 +187,55 @@ def mixed(
                 f"images on {images.device}; return one target per image, on their device."
             )
     return augmented(out[0], images, name, first), out[1]
+
+
+def fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
+    """A sha256 of the data's bytes, dtypes and shapes (its first 16 hex digits), read once on
+    the host: a resumed run must train on the data it started on, not on others of its size."""
+    digest = hashlib.sha256()
+    for tensor in (images, labels):
+        host = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{host.dtype} {tuple(host.shape)}\n".encode())
+        digest.update(memoryview(host.reshape(-1).view(torch.uint8).numpy()))
+    return digest.hexdigest()[:16]
+
+
+def configuration(function: object, depth: int = 0) -> str:
+    """A function's name with what it closes over, recursively (``compose`` of
+    ``random_shift(1)``: ``random_shift.<locals>.augment(max_shift=1)``), or an object's type
+    with its plain attributes: what a resumed run must repeat of an augmentation (its strength),
+    a mix or a criterion. Modules and tensors count by type and shape (no weights, no address)."""
+    if function is None or isinstance(function, bool | int | float | str):
+        return repr(function)
+    if depth > 4:
+        return "..."
+    inner = functools.partial(configuration, depth=depth + 1)
+    if isinstance(function, tuple | list):
+        items = ", ".join(map(inner, function))
+        return f"({items})" if isinstance(function, tuple) else f"[{items}]"
+    if isinstance(function, dict):
+        return "{" + ", ".join(f"{k!r}: {inner(v)}" for k, v in function.items()) + "}"
+    if isinstance(function, torch.Tensor):
+        return f"tensor{tuple(function.shape)}"
+    if isinstance(function, functools.partial):
+        given = (function.args, function.keywords)
+        return f"partial({inner(function.func)}, {inner(given[0])}, {inner(given[1])})"
+    if isinstance(function, types.FunctionType):
+        parts = []
+        for name, cell in zip(function.__code__.co_freevars, function.__closure__ or (),
+                              strict=True):  # fmt: skip
+            try:
+                value = cell.cell_contents
+            except ValueError:  # a name the enclosing function has not bound (yet)
+                continue
+            if value is not function:  # a nested function that calls itself
+                parts.append(f"{name}={inner(value)}")
+        if function.__defaults__:
+            parts.append(f"defaults={inner(function.__defaults__)}")
+        return f"{function.__qualname__}({', '.join(parts)})"
+    settings = {k: v for k, v in getattr(function, "__dict__", {}).items()
+                if not k.startswith("_") and k != "training"}  # fmt: skip
+    if isinstance(function, nn.Module):  # its settings, not its submodules' weights
+        settings = {k: v for k, v in settings.items() if isinstance(v, bool | int | float | str)}
+    parts = [f"{k}={inner(v)}" for k, v in sorted(settings.items())]
+    return f"{type(function).__qualname__}({', '.join(parts)})"

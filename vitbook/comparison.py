@@ -131,6 +131,21 @@ def _by_seed(values: Mapping[int, float], name: str) -> dict[int, float]:
     return out
 
 
+def _same_units(a: dict[int, float], b: dict[int, float]) -> None:
+    """Refuse percentages beside fractions (79 against 0.8): each difference would be ~78."""
+    for big, small, names in ((a, b, ("a", "b")), (b, a, ("b", "a"))):
+        if not big or not small or not all(1 < v <= 100 for v in big.values()):
+            continue
+        ratio = statistics.fmean(big.values()) / max(statistics.fmean(small.values()), 1e-12)
+        if all(0 <= v <= 1 for v in small.values()) and ratio >= 20:
+            most = max(big.values())
+            raise ValueError(
+                f"{names[0]} holds values up to {most:g} and {names[1]} values within [0, 1]: "
+                f"percentages beside fractions? Give both as fractions ({most:g} -> "
+                f"{most / 100:g}) or both as percentages."
+            )
+
+
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> PairedDifference:
     """A - B, seed by seed, with its standard error, 95% interval and sign count.
 
@@ -140,7 +155,9 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> PairedD
 
     Raises:
         TypeError: when ``a`` or ``b`` is not a mapping of int seeds.
-        ValueError: when the seeds differ, none are given, or a value is not finite.
+        ValueError: when the seeds differ, none are given, a value is not finite, or one side
+            holds percentages (all in (1, 100], 20 times the other's mean or more) and the
+            other fractions (all in [0, 1]).
 
     Example:
         >>> d = paired_difference({0: 0.90, 1: 0.85, 2: 0.88}, {0: 0.86, 1: 0.86, 2: 0.83})
@@ -150,6 +167,7 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> PairedD
         '+2.7 points (95% interval \u22125.3 to +10.7; 2 of 3 seeds agree)'
     """
     a, b = _by_seed(a, "a"), _by_seed(b, "b")
+    _same_units(a, b)
     if set(a) != set(b):
         raise ValueError(
             f"the two settings were recorded with different seeds: a has {sorted(a)}, b has "

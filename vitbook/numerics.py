@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from vitbook import _checks
+
 __all__ = ["UNIT_ROUNDOFF", "LogitsAgreement", "compare_logits", "tolerance"]
 
 # Half of torch.finfo(dtype).eps: the largest relative error of rounding one number.
@@ -39,6 +41,11 @@ def _unit(precision: str) -> float:
 def tolerance(precision: str, scale: float, *, units: float = 8.0) -> float:
     """``units`` unit roundoffs of ``precision``, times ``scale`` (the size of the values).
 
+    Raises:
+        ValueError: an unknown precision, ``units`` that are not positive, or a ``scale`` that
+            is negative, NaN or infinite (a size is a finite number >= 0).
+        TypeError: a ``scale`` that is not a number.
+
     Example:
         >>> tolerance("bf16", 2.0)  # 8 * 2^-8 * 2
         0.0625
@@ -46,7 +53,9 @@ def tolerance(precision: str, scale: float, *, units: float = 8.0) -> float:
     _unit(precision)
     if not (isinstance(units, (int, float)) and units > 0):
         raise ValueError(f"units={units!r} must be a positive number of unit roundoffs.")
-    return units * UNIT_ROUNDOFF[precision] * float(scale)
+    scale = _checks.real("scale", scale, low=0, fix="pass the size of the values (the largest "
+                         "absolute value, say)")  # fmt: skip
+    return units * UNIT_ROUNDOFF[precision] * scale
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,8 @@ def compare_logits(
             pass chains many roundings; 8 leaves room for a network of a few blocks.
 
     Raises:
-        ValueError: for logits of other shapes, or an unknown precision.
+        ValueError: for logits of other shapes, an unknown precision, or a ``reference`` that
+            holds inf or NaN (its scale and bound would be infinite and every gap would pass).
 
     Example:
         >>> ref = torch.tensor([[1.0, -0.5, 0.25]])
@@ -103,6 +113,13 @@ def compare_logits(
             f"{tuple(reference.shape)} and {tuple(result.shape)}."
         )
     reference, result = reference.detach().float(), result.detach().float()
+    broken = (~reference.isfinite()).any(dim=1).nonzero().flatten().tolist()
+    if broken:
+        raise ValueError(
+            f"reference holds inf or NaN (row{'s' * (len(broken) > 1)} "
+            f"{', '.join(map(str, broken[:5]))}); the fp32 logits must be finite to measure "
+            "a gap against: compute them again in fp32 (a model with finite weights)."
+        )
     scale = reference.abs().max().item()
     gap = (result - reference).abs().max().item()
     bound = tolerance(precision, scale, units=units)

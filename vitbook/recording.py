@@ -159,8 +159,8 @@ def progress_of(
         source: where ``results`` came from (named in errors, kept in the result).
 
     Raises:
-        vitbook.records.ResultsFileError: no list of runs, or a run without row, seed, epochs
-            or recipe.
+        vitbook.records.ResultsFileError: no list of runs, a run without row, seed, epochs or
+            recipe, or one whose row is not a name or whose seed is not an int (``"0"``).
         ValueError: a run of the plan recorded twice, or with other epochs or another recipe.
 
     Example:
@@ -177,11 +177,18 @@ def progress_of(
         raise records.ResultsFileError(
             f"{name} holds no list of runs; pass a file written by scripts/train_cifar10.py.")
     in_plan, found, other = set(order), {}, []
-    for run in results["runs"]:
+    for i, run in enumerate(results["runs"]):
         if not isinstance(run, dict) or not {"row", "seed", "epochs", "recipe"} <= set(run):
             raise records.ResultsFileError(f"{name} holds a run without row, seed, epochs or "
                                            "recipe.")  # fmt: skip
         key = (run["row"], run["seed"])
+        if not isinstance(key[0], str) or isinstance(key[1], bool) or not isinstance(key[1], int):
+            raise records.ResultsFileError(
+                f"run {i} of {name} has row {key[0]!r} and seed {key[1]!r} "
+                f"({type(key[1]).__name__}); a row is a name and a seed an integer (seed '0' "
+                "and 0 would count as two seeds): write the seed as a number, e.g. 0, as the "
+                "scripts do."
+            )
         if key not in in_plan:
             other.append(key)
             continue

@@ -11,7 +11,8 @@ go through this module, so that nothing recorded is lost by a careless command:
   same folder, flush it to the disk (``fsync``) and move it into place with ``os.replace``: a
   reader sees the old file or the new one, never half a file, and a failed write (a full disk,
   say) leaves the old file as it was and no temporary file behind.
-- :func:`read_json` reads a results file with errors that name it and say what to do.
+- :func:`read_json` reads a results file with errors that name it and say what to do;
+  :func:`check_finite` refuses, before a run trains, a file it could not write back (a NaN).
 - :func:`check_together` refuses to join ladder runs that do not belong together (other data,
   device, epochs or recipe, or a row and seed twice); :func:`join` joins them, keeping every
   provenance entry.
@@ -22,6 +23,7 @@ See chapter: Real photos on a GPU.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import math
 import numbers
@@ -35,6 +37,7 @@ __all__ = [
     "ASSETS",
     "ResultsFileError",
     "ShippedFileError",
+    "check_finite",
     "check_output",
     "check_together",
     "is_shipped",
@@ -210,13 +213,30 @@ def check_output(
     return path
 
 
-def write_with(path: str | os.PathLike, write: Callable[[Path], object]) -> None:
+def _size(count: int) -> str:
+    """``27 bytes``, ``2.9 KiB``, ``41.3 MiB``..."""
+    if count < 1024:
+        return f"{count} bytes"
+    value, unit = count / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}"
+
+
+def write_with(
+    path: str | os.PathLike, write: Callable[[Path], object], *, size: int | None = None
+) -> None:
     """Let ``write(temporary)`` write a file beside ``path``, then move it into place atomically.
 
     ``write`` gets the path of a new, empty temporary file in ``path``'s folder (a writer that
     refuses to replace foreign files needs its ``overwrite`` flag); the file is then flushed to
     the disk (``fsync``) and moved onto ``path`` with ``os.replace``. On any failure (a full disk,
     an interrupt) the temporary file is removed and an existing ``path`` is left as it was.
+    A full disk (``ENOSPC``) is an ``OSError`` of that errno whose message names ``path``, how
+    much was to be written (``size``, in bytes, when known; else what the writer had written)
+    and what to do.
 
     Example:
         >>> import tempfile
@@ -246,8 +266,18 @@ def write_with(path: str | os.PathLike, write: Callable[[Path], object]) -> None
         finally:
             os.close(handle)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
+        written = temporary.stat().st_size if temporary.exists() else 0
         temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            what = (f"{_size(size)} to write" if size is not None
+                    else f"{_size(written)} written when the disk filled")  # fmt: skip
+            raise OSError(
+                errno.ENOSPC,
+                f"{error.strerror or 'No space left on device'}: writing {path} ({what}) failed; "
+                f"{path.name} is as it was and no temporary file is left. Free space on that "
+                f"disk (df -h {path.parent}) or write elsewhere, then run the command again.",
+            ) from error
         raise
     try:  # make the rename itself durable; not every file system lets a folder be opened
         folder = os.open(path.parent, os.O_RDONLY)
@@ -273,7 +303,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
     See chapter: Real photos on a GPU.
     """
-    write_with(path, lambda temporary: temporary.write_bytes(data))
+    write_with(path, lambda temporary: temporary.write_bytes(data), size=len(data))
 
 
 def write_json(path: str | os.PathLike, data: object) -> None:
@@ -310,6 +340,33 @@ def write_json(path: str | os.PathLike, data: object) -> None:
     write_bytes(path, (text + "\n").encode("utf-8"))
 
 
+def check_finite(path: str | os.PathLike, data: object, *, remedy: str) -> None:
+    """Refuse data read from ``path`` that :func:`write_json` could not write back: a NaN or an
+    infinity, which an older ``write_json`` wrote as the literal ``NaN``. A script checks the
+    file it appends to before it trains, so that a trained run is never left without a file.
+
+    Raises:
+        ResultsFileError: the first such number, with its place (``runs[3].accuracy``).
+
+    Example:
+        >>> try:
+        ...     check_finite("old.json", {"runs": [{"loss": float("nan")}]}, remedy="")
+        ... except ResultsFileError as error:
+        ...     print(str(error).split(":")[0])
+        old.json holds nan at runs[0].loss
+
+    See chapter: Real photos on a GPU.
+    """
+    found = _first_non_finite(data)
+    if found is not None:
+        raise ResultsFileError(
+            f"{path} holds {found[1]} at {found[0]}: JSON has no NaN or infinity (an older "
+            "write_json wrote the literal), so the file could not be written again once this "
+            "run has trained. Nothing trained. Write null there (a run that diverged has no "
+            f"number; say why beside it), or {remedy}"
+        )
+
+
 def _first_non_finite(data: object, where: str = "") -> tuple[str, float] | None:
     """The place (``runs[3].accuracy``) and value of the first NaN or infinity in ``data``."""
     if isinstance(data, float):
@@ -335,8 +392,8 @@ def read_json(path: str | os.PathLike, *, remedy: str) -> dict:
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ResultsFileError: a folder, a file that is not UTF-8 JSON (damaged or truncated), or
-            JSON that is not an object.
+        ResultsFileError: a folder, a file that is not UTF-8 JSON (damaged or truncated), JSON
+            nested too deep to read, or JSON that is not an object.
 
     Example:
         >>> import tempfile
@@ -361,6 +418,11 @@ def read_json(path: str | os.PathLike, *, remedy: str) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ResultsFileError(
             f"{path} is not valid JSON: {error}. The file is damaged or was cut short; {restore}"
+        ) from error
+    except RecursionError as error:  # thousands of nested brackets: no results file nests so
+        raise ResultsFileError(
+            f"{path} nests deeper than a results file does (JSON's reader gave up: {error}); "
+            f"it is not a results file; {restore}"
         ) from error
     if not isinstance(data, dict):
         raise ResultsFileError(

@@ -13,12 +13,16 @@ bit for bit: ``tests/test_resume.py``). The state (:func:`capture`) holds
   (dropout and stochastic depth on the CPU) and the training GPU's generator (on a GPU); python's
   ``random`` and numpy's generators are not drawn from by ``fit``;
 - the epochs done, the history so far, the steps taken, and the arguments of ``fit`` that
-  decide the numbers (``epochs``, ``lr``, ``batch_size``, ``seed``, the number of images...),
-  which a resumed call must repeat: a state made with other ones is refused.
+  decide the numbers (``epochs``, ``lr``, ``batch_size``, ``seed``, the number of images, a
+  checksum of the training and evaluation data, the augmentation and mix with their settings
+  (their strengths)...), which a resumed call must repeat: a state made with other ones, or
+  whose epochs done are not within ``epochs``, is refused.
 
 :func:`save_state` writes a state atomically (a reader sees the old file or the new one, never
-half of one) and :func:`load_state` reads it back without unpickling code
-(``torch.load(weights_only=True)``), with errors that name the file. A :class:`Checkpointer` is an
+half of one), its ``torch.save`` bytes after a header line that holds their sha256, and
+:func:`load_state` reads it back without unpickling code (``torch.load(weights_only=True)``)
+once the checksum holds, with errors that name the file and say what to do: a changed byte (a
+disk, a copy) is found, not trained on. A :class:`Checkpointer` is an
 ``after_epoch`` that saves every few minutes and stops a run in time: when SIGTERM or SIGINT ask
 (:class:`StopRequest`) or when the next epoch would not end before a deadline, with
 :func:`hard_deadline` as a safety net. ``vitbook.session`` builds the recording of the photo
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import io
 import os
 import signal
@@ -40,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from vitbook import records
+from vitbook import _checks, records
 
 __all__ = [
     "FORMAT",
@@ -56,6 +61,7 @@ __all__ = [
 ]
 
 FORMAT = 1  # the layout of a saved state; a file of another layout is refused
+HEADER = b"vitbook training state, sha256 "  # a state file's first line, then its checksum
 
 
 class TrainingStateError(ValueError):
@@ -137,7 +143,9 @@ def restore(
     Raises:
         TypeError: ``state`` is not a dict of :func:`capture`.
         TrainingStateError: a state of another layout, or one made with other arguments (named,
-            with both values), or of another model (the weights do not fit).
+            with both values: the data's checksum and the augmentation's settings among them),
+            whose epochs done are not an int within ``0 .. epochs``, or of another model (the
+            weights do not fit).
 
     See chapter: Real photos on a GPU.
     """
@@ -161,6 +169,12 @@ def restore(
             + "); resume with the arguments it was saved with, or start the run again "
             "without resume."
         )
+    epoch, epochs = state.get("epoch"), arguments.get("epochs")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= epochs:
+        raise TrainingStateError(
+            f"the training state says {epoch!r} epochs are done, but this fit trains {epochs}; "
+            "the state is damaged or was edited: start the run again without resume."
+        )
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as error:
@@ -180,14 +194,16 @@ def restore(
 
 
 def save_state(path: str | os.PathLike, state: dict[str, object]) -> None:
-    """Write a training state to ``path`` atomically (``torch.save`` into a temporary file that
-    is flushed to the disk and then moved into place; see :func:`vitbook.records.write_with`).
+    """Write a training state to ``path`` atomically (into a temporary file that is flushed to
+    the disk and then moved into place; see :func:`vitbook.records.write_with`): a header line
+    with the sha256 of the ``torch.save`` bytes that follow it.
 
     See chapter: Real photos on a GPU.
     """
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    records.write_bytes(path, buffer.getvalue())
+    data = buffer.getvalue()
+    records.write_bytes(path, HEADER + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
 
 
 def load_state(path: str | os.PathLike) -> dict[str, object]:
@@ -195,18 +211,31 @@ def load_state(path: str | os.PathLike) -> dict[str, object]:
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        TrainingStateError: a file that is not a training state (damaged, cut short, another
-            format), naming it, with what to do.
+        TrainingStateError: a folder at ``path``, or a file that is not a training state of
+            :func:`save_state` (a changed byte, which its checksum finds; cut short; another
+            format; a state saved without the checksum), naming it, with what to do.
 
     See chapter: Real photos on a GPU.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist; there is no saved training state there.")
     remedy = (f"delete {path} to train that run again from its start (its earlier epochs are "
               "lost), or restore the file from a copy of the state folder")  # fmt: skip
+    if path.is_dir():
+        raise TrainingStateError(f"{path} is a folder, not a training state; move it away (a "
+                                 f"run's state is a file), then {remedy}.")  # fmt: skip
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; there is no saved training state there.")
+    raw = path.read_bytes()
+    head, _, data = raw.partition(b"\n")
+    checked = head.startswith(HEADER)
+    if checked and head[len(HEADER):] != hashlib.sha256(data).hexdigest().encode():
+        raise TrainingStateError(
+            f"{path} is not a readable training state (its bytes do not match the sha256 saved "
+            f"with them: damaged on the disk or in a copy, or cut short); {remedy}."
+        )
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(io.BytesIO(data if checked else raw), map_location="cpu",
+                           weights_only=True)  # fmt: skip
     except Exception as error:  # a damaged zip, a pickle that is not plain data...
         raise TrainingStateError(
             f"{path} is not a readable training state ({type(error).__name__}: "
@@ -214,6 +243,11 @@ def load_state(path: str | os.PathLike) -> dict[str, object]:
         ) from error
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise TrainingStateError(f"{path} is not a training state of layout {FORMAT}; {remedy}.")
+    if not checked:
+        raise TrainingStateError(
+            f"{path} holds a training state without a checksum (torch.save's bytes alone, not "
+            f"save_state's), so a damaged byte could not be found; {remedy}."
+        )
     return state
 
 
@@ -304,6 +338,11 @@ class Checkpointer:
             this process has timed an epoch past its first (which includes compiling).
         clock: the clock of ``deadline``.
 
+    Raises:
+        ValueError / TypeError: ``save_every_s`` that is not a number > 0 (NaN included; inf
+            saves only at the last epoch and at a stop), a ``deadline`` or ``typical`` that is
+            not a finite number (``typical`` >= 0), ``epochs`` that are not an int >= 1.
+
     Attributes:
         epoch_seconds: this process's epochs, each from the end of the one before (the first
             from the checkpointer's making: it includes set-up and compiling).
@@ -327,6 +366,18 @@ class Checkpointer:
         typical: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if isinstance(save_every_s, bool) or not isinstance(save_every_s, int | float):
+            raise TypeError(f"save_every_s must be a number, got {save_every_s!r} of type "
+                            f"{type(save_every_s).__name__}; e.g. 60.0.")  # fmt: skip
+        if not save_every_s > 0:  # NaN too
+            raise ValueError(f"save_every_s={save_every_s!r} must be a number of seconds > 0; "
+                             "e.g. 60.0 (inf: save only at the last epoch and at a stop).")
+        if deadline is not None:
+            _checks.real("deadline", deadline, fix="pass a clock() time, or None for none")
+        if typical is not None:
+            _checks.real("typical", typical, low=0, fix="pass an epoch's seconds, or None")
+        if epochs is not None:
+            _checks.integer("epochs", epochs, minimum=1, fix="pass the run's epochs, or None")
         self.path, self.extra, self.deadline = Path(path), dict(extra or {}), deadline
         self.save_every_s, self.stop, self.epochs = save_every_s, stop, epochs
         self.on_epoch, self.typical, self.clock = on_epoch, typical, clock

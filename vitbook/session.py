@@ -10,17 +10,23 @@ data file travel from one session to the next. This module keeps ``DIR``:
                           version, torch, the precision, compiling, the model size and overrides
     DIR/results.json      the finished runs and one provenance entry per session (the GPU,
                           torch, CUDA, commit, budget and minutes used); only ever appended to
-    DIR/runs/ROW-seedS.pt    an unfinished run's training state (vitbook.resume), its identity
+    DIR/runs/ROW-seedS.pt    an unfinished run's training state (vitbook.resume: checksummed),
+                             its identity
     DIR/runs/ROW-seedS.json  its progress: epochs done, seconds per epoch, the sessions so far
     DIR/runs/ROW-seedS.done.json    a finished run's record, until results.json holds it
-    DIR/runs/ROW-seedS.failed.json  a run that stopped with an error (not retried until removed)
+    DIR/runs/ROW-seedS.failed.json  a run that stopped with an error (not retried until removed;
+                                    each session's report names it)
     DIR/weights/ROW-seedS.safetensors  the trained weights of every seed 0 and every teacher
     DIR/cache/            torch.compile's caches (inductor, triton): no recompiling next time
 
 A folder belongs to one identity (:meth:`StateFolder.claim`): a session with other data, another
 code version, torch, precision or model size is refused, and so is a run state of another recipe
-or seed; nothing is mixed silently. :class:`Concurrency` chooses how many runs share the GPU by
-measuring, and :func:`budgets_left` says how many more budgets the rest needs at the rate measured.
+or seed; a folder with results or runs but no ``plan.json``, or with anything besides the layout
+above (a results file of ``--out``), is refused rather than claimed as new; the runs in
+``results.json`` and every ``.done.json`` are checked against the plan (the row, an int seed, the
+epochs and the recipe) before anything is joined; nothing is mixed silently.
+:class:`Concurrency` chooses how many runs share the GPU by measuring, and :func:`budgets_left`
+says how many more budgets the rest needs at the rate measured.
 
 See chapter: Real photos on a GPU.
 """
@@ -32,11 +38,12 @@ import math
 import os
 from pathlib import Path
 
-from vitbook import records
+from vitbook import _checks, records
 
 __all__ = ["Concurrency", "StateFolder", "StateMismatchError", "budgets_left", "code_version"]
 
 PACKAGE = Path(__file__).resolve().parent
+LAYOUT = ("plan.json", "results.json", "runs", "weights", "cache")  # a state folder's own names
 
 
 class StateMismatchError(ValueError):
@@ -83,7 +90,11 @@ class StateFolder:
     """
 
     def __init__(self, root: str | os.PathLike) -> None:
+        if isinstance(root, str) and not root.strip():
+            raise ValueError("--state '': an empty name is the current folder; name the state "
+                             "folder, e.g. runs/state.")  # fmt: skip
         self.root = Path(root).expanduser()
+        self.planned: dict[str, tuple[int, dict]] | None = None
         if records.is_shipped(self.root):
             raise records.ShippedFileError(
                 f"{self.root} lies in vitbook/assets; keep a state folder elsewhere (runs/state, "
@@ -101,12 +112,47 @@ class StateFolder:
     def weights_path(self, row: str, seed: int) -> Path:
         return self.weights / f"{key_name(row, seed)}.safetensors"
 
-    def claim(self, identity: dict[str, object]) -> bool:
+    def claim(
+        self, identity: dict[str, object], *, planned: dict[str, tuple[int, dict]] | None = None
+    ) -> bool:
         """Make the folder this identity's, or check that it is; True if it was new.
 
+        Args:
+            identity: what every run of the folder shares (its ``plan.json``).
+            planned: row -> ``(epochs, recipe)`` of every row the identity records: the runs
+                of ``results.json`` (now) and of every ``.done.json`` (when joined) must match
+                it. ``None``: their rows and seeds are checked, not their epochs and recipes.
+
         Raises:
-            StateMismatchError: the folder belongs to another identity, named field by field.
+            StateMismatchError: the folder belongs to another identity (named field by field),
+                holds results or runs but no ``plan.json``, holds what a state folder does
+                not, or holds runs of other epochs or recipes.
+            vitbook.records.ResultsFileError: a ``results.json`` that is not a results file, or
+                that holds a NaN (it could not be written back).
         """
+        self.planned = None if planned is None else dict(planned)
+        if self.root.is_dir():
+            foreign = sorted(f"{p.name}{'/' * p.is_dir()}" for p in self.root.iterdir()
+                             if p.name not in LAYOUT and not _temporary(p.name))  # fmt: skip
+            if foreign:
+                raise StateMismatchError(
+                    f"{self.root} holds {', '.join(foreign[:5])}"
+                    + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+                    + ", which is not part of a state folder (plan.json, results.json, runs/, "
+                    "weights/, cache/). Nothing trained. Give --state a new folder, or the "
+                    "folder of the earlier sessions."
+                )
+        if not self.plan_path.exists():
+            kept = [name for name, there in (
+                ("results.json", self.results_path.exists()),
+                ("runs/", self.runs.is_dir() and any(self.runs.iterdir()))) if there]  # fmt: skip
+            if kept:
+                raise StateMismatchError(
+                    f"the state folder {self.root} holds {' and '.join(kept)} but no plan.json, "
+                    "so what its runs share (the data, the code, the epochs...) cannot be "
+                    "checked, and a new plan would mix other runs into them. Nothing trained. "
+                    "Restore plan.json from a copy of the folder, or give --state a new folder."
+                )
         for folder in (self.root, self.runs, self.weights, self.cache):
             records.check_output(folder / ".probe")  # makes it, proves it writable
         if not self.plan_path.exists():
@@ -121,7 +167,39 @@ class StateFolder:
                 "(its plan.json: the commit in its sessions, the same data file), or give "
                 "--state a new folder."
             )
+        if self.results_path.exists():
+            results = self.results()
+            name = str(self.results_path)
+            records.check_together([(name, results)], allow_mixed=True)  # runs, int seeds
+            records.check_finite(name, results, remedy="give --state a new folder.")
+            for run in results["runs"]:
+                if problem := self._against_plan(run, name):
+                    raise StateMismatchError(
+                        f"{problem}: the folder was recorded with other settings. Nothing "
+                        "trained. Run with what it was started with, or give --state a new "
+                        "folder."
+                    )
         return False
+
+    def _against_plan(self, run: object, where: str) -> str:
+        """What does not fit the plan in a run's record (``""`` if it fits)."""
+        if not isinstance(run, dict):
+            return f"{where} holds {type(run).__name__}, not a run's record"
+        row, seed = run.get("row"), run.get("seed")
+        if not isinstance(row, str) or isinstance(seed, bool) or not isinstance(seed, int):
+            return (f"{where} holds row {row!r} seed {seed!r} ({type(seed).__name__}); a row is "
+                    "a name and a seed an int (seed '0' and 0 would count as two runs)")
+        if self.planned is None:
+            return ""
+        if row not in self.planned:
+            return (f"{where} holds a run of {row!r}, a row this folder's plan does not record "
+                    f"({', '.join(self.planned)})")  # fmt: skip
+        epochs, recipe = self.planned[row]
+        if run.get("epochs") != epochs or run.get("recipe") != recipe:
+            return (f"{where} holds {row} seed {seed} trained for {run.get('epochs')!r} epochs "
+                    f"with recipe {run.get('recipe')!r}, but this folder's plan has {epochs} "
+                    f"epochs and {recipe!r}")  # fmt: skip
+        return ""
 
     def results(self) -> dict:
         if not self.results_path.exists():
@@ -159,12 +237,27 @@ class StateFolder:
 
     def join_finished(self) -> list[dict]:
         """Move every finished run's record (``.done.json``) into ``results.json``, in the
-        order they finished; return the runs joined now."""
+        order they finished; return the runs joined now.
+
+        Raises:
+            StateMismatchError: a record whose row or seed is not its file's, or that does not
+                fit the plan :meth:`claim` was given (row, an int seed, epochs, recipe); it is
+                named and kept, and nothing is joined.
+        """
         before = self.results()
         have = {(run["row"], run["seed"]) for run in before["runs"]}
         done = []
         for path in sorted(self.runs.glob("*.done.json"), key=lambda p: p.stat().st_mtime):
             run = records.read_json(path, remedy="train that run again (delete the file).")
+            problem = self._against_plan(run, str(path))
+            if not problem and path.name != f"{key_name(run['row'], run['seed'])}.done.json":
+                problem = f"{path} holds {run['row']} seed {run['seed']}, not the run its name says"
+            if problem:
+                raise StateMismatchError(
+                    f"{problem}. Nothing joined: it belongs to another plan or was copied in; "
+                    "move it out of runs/ (it is a finished run: keep it, and merge it where it "
+                    "belongs), or run with the settings it was trained with."
+                )
             if (run["row"], run["seed"]) not in have:
                 done.append(run)
         if done:
@@ -184,6 +277,11 @@ class StateFolder:
     def progress(self, row: str, seed: int) -> dict | None:
         path = self.path(row, seed, ".json")
         return records.read_json(path, remedy="delete it.") if path.exists() else None
+
+
+def _temporary(name: str) -> bool:
+    """A file :mod:`vitbook.records` leaves only when killed mid-write (``.results.json.*.tmp``)."""
+    return name.startswith(".") and name.endswith((".tmp", ".probe"))
 
 
 class Concurrency:
@@ -210,6 +308,7 @@ class Concurrency:
     GAIN = 1.10
 
     def __init__(self, most: int = 8) -> None:
+        _checks.integer("most", most, minimum=1, fix="1 for one run at a time")
         self.most, self.target, self.settled = most, 1, most <= 1
         self.seconds: dict[int, float] = {}
 
@@ -218,7 +317,15 @@ class Concurrency:
         return processes * self.seconds[1] / self.seconds[processes]
 
     def observe(self, processes: int, seconds: float) -> None:
-        """The reference run's epoch time with ``processes`` runs training."""
+        """The reference run's epoch time with ``processes`` runs training.
+
+        Raises:
+            ValueError / TypeError: ``processes`` not an int >= 1, ``seconds`` not a finite
+                number > 0 (a NaN or a negative time would decide the count).
+        """
+        _checks.integer("processes", processes, minimum=1)
+        _checks.real("seconds", seconds, low=0, open_low=True,
+                     fix="pass the reference run's epoch time")  # fmt: skip
         if self.settled or processes != self.target:
             return
         self.seconds[processes] = seconds
@@ -263,6 +370,11 @@ def budgets_left(
     Returns:
         ``(budgets or None, the arithmetic in words)``.
 
+    Raises:
+        ValueError / TypeError: ``processes`` not an int >= 1, epochs left not an int >= 0, an
+            epoch's seconds or ``budget_s`` not a finite number > 0, ``overhead_s`` not a
+            finite number >= 0.
+
     Example:
         >>> budgets_left([("vit-50", 0, 40), ("vit-50", 1, 50)], {"vit-50": 3.0},
         ...              processes=2, budget_s=600, overhead_s=60)
@@ -270,6 +382,21 @@ def budgets_left(
 
     See chapter: Real photos on a GPU.
     """
+    _checks.integer("processes", processes, minimum=1, fix="the runs side by side")
+    _checks.real("budget_s", budget_s, low=0, open_low=True, fix="a session's seconds")
+    _checks.real("overhead_s", overhead_s, low=0, fix="a session's seconds before its first "
+                 "epoch ends")  # fmt: skip
+    for row, seconds in epoch_seconds.items():
+        _checks.real(f"epoch_seconds[{row!r}]", seconds, low=0, open_low=True,
+                     fix="an epoch's measured seconds")  # fmt: skip
+    for row, seed, epochs in left:
+        if isinstance(epochs, bool) or not isinstance(epochs, int):
+            raise TypeError(f"{row} seed {seed} has {epochs!r} epochs left "
+                            f"({type(epochs).__name__}); epochs left are an int >= 0.")
+        if epochs < 0:
+            raise ValueError(f"{row} seed {seed} has {epochs} epochs left; epochs left are an "
+                             "int >= 0 (the run's epochs minus those done: is its progress file "
+                             "right?).")  # fmt: skip
     if not left:
         return 0, "nothing left"
     work, borrowed, unknown = 0.0, set(), set()

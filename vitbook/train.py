@@ -271,8 +271,10 @@ def fit(
         resume: a training state that ``after_epoch`` was handed (or
             :func:`vitbook.resume.load_state` read): training continues after its epochs, with
             its weights, optimizer, schedule, generators and history. The call must repeat the
-            arguments that decide the numbers (``epochs``, ``lr``, ``seed``, ...; a state made
-            with others is refused); ``compile``, ``sync_every`` and ``progress`` may change.
+            arguments that decide the numbers (``epochs``, ``lr``, ``seed``, the data, checked
+            by a checksum read once on the host, the augmentation and mix with their settings,
+            ...; a state made with others is refused); ``compile``, ``sync_every`` and
+            ``progress`` may change.
         after_epoch: ``after_epoch(epochs_done, state)``, called after every epoch (after the
             evaluation) with a function ``state()`` that returns the whole training state,
             copied to the CPU (:func:`vitbook.resume.capture`). A true result stops training
@@ -318,6 +320,10 @@ def fit(
     images, labels = _checks.labelled_data("train_data", train_data, num_classes)
     if eval_data is not None:
         eval_data = _checks.labelled_data("eval_data", eval_data, num_classes)
+    data = (None, None)  # what a saved or resumed run trains on: read once, here, on the host
+    if resume is not None or after_epoch is not None:
+        data = (_train_checks.fingerprint(images, labels),
+                None if eval_data is None else _train_checks.fingerprint(*eval_data))  # fmt: skip
     rank, world = _world()
     _train_checks.recipe(locals(), world)
     sync_every = _sync_every(sync_every, device)
@@ -362,7 +368,7 @@ def fit(
     )  # fmt: skip
     evaluator = Evaluator(model, eval_data, max(256, batch_size), device, precision)
     history = History(precision=precision)
-    arguments = _deciding(locals(), len(images), eval_data)
+    arguments = _deciding(locals(), len(images), eval_data, data)
     parts = {"model": model, "optimizer": optim, "scheduler": scheduler, "scaler": scaler,
              "generators": generators, "device": device}  # fmt: skip
     start_epoch = 0
@@ -438,15 +444,18 @@ _DECIDING = ("epochs", "lr", "weight_decay", "batch_size", "seed", "warmup_epoch
              "accumulate", "weight_decay_rule", "repeated_augmentation", "world")  # fmt: skip
 
 
-def _deciding(arguments: dict, n_images: int, eval_data: Data | None) -> dict[str, object]:
-    """What a resumed call must repeat: the arguments, the data's sizes and the functions' names."""
+def _deciding(
+    arguments: dict, n_images: int, eval_data: Data | None, data: tuple[str | None, str | None]
+) -> dict[str, object]:
+    """What a resumed call must repeat: the arguments, the data's sizes and checksums, and the
+    functions with their settings (an augmentation's strength)."""
     deciding = {name: arguments[name] for name in _DECIDING}
     deciding["images"] = n_images
     deciding["eval_images"] = None if eval_data is None else len(eval_data[1])
+    deciding["train_data_sha256"], deciding["eval_data_sha256"] = data
     for name in ("augment", "mix", "criterion"):
         function = arguments[name]
-        deciding[name] = None if function is None else getattr(
-            function, "__qualname__", type(function).__qualname__)  # fmt: skip
+        deciding[name] = None if function is None else _train_checks.configuration(function)
     return deciding
 
 
