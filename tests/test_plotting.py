@@ -316,6 +316,13 @@ def test_learning_curves_name_the_data_evaluated_after_each_epoch():
         assert [text.get_text() for text in legend.get_texts()] == ["training batches", name]
 
 
+def test_learning_curves_of_a_recorded_run_without_training_accuracies():
+    history = History(train_loss=[2.0, 1.0, 0.8], eval_accuracy=[0.4, 0.7, 0.8])
+    accuracy = plotting.plot_history(history, eval_label="validation").axes[1]
+    assert [line.get_label() for line in accuracy.lines] == ["validation"]
+    assert list(accuracy.lines[0].get_ydata()) == history.eval_accuracy
+
+
 # --- the house style --------------------------------------------------------------------------
 
 # One call of every plot_* function in vitbook.plotting; a new function needs an entry here.

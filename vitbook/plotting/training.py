@@ -134,6 +134,9 @@ def plot_history(
 ) -> Figure:
     """Training loss (left) and accuracies (right) against the epoch.
 
+    A history without training accuracies (a recorded run that kept only its losses and
+    validation accuracies, say) draws the accuracy of ``eval_accuracy`` alone.
+
     Args:
         history: a :class:`vitbook.train.History`, as ``fit`` returns.
         title: the figure's title.
@@ -159,7 +162,8 @@ def plot_history(
     )
     loss_ax.plot(epochs, history.train_loss, color="C0")
     loss_ax.set(xlabel="epoch", ylabel="cross-entropy", title="training loss", yscale="log")
-    acc_ax.plot(epochs, history.train_accuracy, color="C0", label="training batches")
+    if history.train_accuracy:
+        acc_ax.plot(epochs, history.train_accuracy, color="C0", label="training batches")
     if history.eval_accuracy:
         acc_ax.plot(epochs, history.eval_accuracy, color="C1", label=eval_label)
     acc_ax.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1.01))
