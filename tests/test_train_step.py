@@ -18,7 +18,7 @@ from torch import nn
 
 import vitbook
 from vitbook import VisionTransformer, ViTConfig
-from vitbook.train import fit
+from vitbook.train import Recipe, fit
 from vitbook.train_step import TrainStep
 
 
@@ -38,11 +38,13 @@ def train_step(model, **kwargs) -> TrainStep:
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(params, lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    settings = {"precision": "fp32", "device": torch.device("cpu"), "criterion": None,
-                "label_smoothing": 0.0, "accumulate": 1, "clip_grad_norm": None, "lr": 1e-3,
-                "rank": 0, "world": 1, "compile": False, **kwargs}  # fmt: skip
-    scaler = torch.amp.GradScaler("cpu", enabled=settings["precision"] == "fp16")
-    return TrainStep(model, model, optimizer, scheduler, scaler, params, **settings)
+    fields = {name: kwargs.pop(name) for name in list(kwargs) if name in Recipe.names()}
+    recipe = Recipe(**{"epochs": 1, "lr": 1e-3, "precision": "fp32", **fields})
+    settings = {"device": torch.device("cpu"), "criterion": None, "rank": 0, "world": 1,
+                "compile": False, **kwargs}  # fmt: skip
+    scaler = torch.amp.GradScaler("cpu", enabled=recipe.precision == "fp16")
+    return TrainStep(model, model, optimizer, scheduler, scaler, params, recipe=recipe,
+                     **settings)  # fmt: skip
 
 
 def breaks(step: TrainStep, images, targets) -> tuple[int, list]:

@@ -19,60 +19,57 @@ import torch
 from torch import nn
 
 from vitbook import _checks
-from vitbook.optim import OPTIMIZERS, WEIGHT_DECAY_RULES
+from vitbook.recipe import Recipe
 
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Mix = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
 
-def recipe(arguments: dict, world: int) -> None:
-    """Types and ranges of ``fit``'s arguments, before anything is touched."""
-    a = arguments
-    for name in ("epochs", "batch_size"):
-        value = a[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive int; use e.g. {name}=10.")
-    if a["warmup_epochs"] is not None and a["warmup_steps"] is not None:
-        raise ValueError(
-            f"warmup_epochs={a['warmup_epochs']!r} and warmup_steps={a['warmup_steps']!r} both "
-            "set the warm-up; pass one of them (warmup_steps counts optimizer steps)."
+def recipe_of(recipe: Recipe | None, fields: dict[str, object]) -> Recipe:
+    """``fit``'s recipe: ``recipe``, with the keyword ``fields`` as changes, or made of them."""
+    if recipe is not None and not isinstance(recipe, Recipe):
+        raise TypeError(
+            f"recipe must be a vitbook.train.Recipe, got {type(recipe).__name__}; for a dict "
+            "of fields write fit(model, data, Recipe(**fields)) or fit(model, data, **fields)."
         )
-    if a["warmup_epochs"] is not None:
-        _checks.integer("warmup_epochs", a["warmup_epochs"], fix="use 0 for no warm-up")
-    if a["warmup_steps"] is not None:
-        _checks.integer("warmup_steps", a["warmup_steps"], fix="the ViT authors use 500")
-    _checks.integer("seed", a["seed"], minimum=-(2**63))
-    lr = _checks.real("lr", a["lr"], fix="1e-3 is a good start for AdamW")
-    if not lr > 0:
-        raise ValueError(f"lr={lr!r} must be positive; 1e-3 is a good start for AdamW.")
-    _checks.real(
-        "weight_decay",
-        a["weight_decay"],
-        low=0,
-        fix="DeiT uses 0.05; the ViT paper 0.3, 0.03 or 0.1, and 0 to fine-tune",
-    )
-    _checks.real("label_smoothing", a["label_smoothing"], low=0, high=1, open_high=True,
-                 fix="DeiT uses 0.1")  # fmt: skip
-    for name, form in (
-        ("augment", "augment(images, generator) or None, got {}; e.g. random_shift(1)"),
-        ("mix", "mix(images, labels, generator) or None, got {}; e.g. a MixUp"),
-        ("criterion", "criterion(outputs, targets, images) -> loss or None, got {}"),
+    unknown = [name for name in fields if name not in Recipe.names()]
+    if unknown:
+        raise TypeError(f"fit() got an unexpected keyword argument {unknown[0]!r}")
+    if recipe is None:
+        if "epochs" not in fields:
+            raise TypeError(
+                "fit() missing 1 required keyword-only argument: 'epochs' (or pass a Recipe)"
+            )
+        return Recipe(**fields)
+    return recipe.replace(**fields) if fields else recipe
+
+
+def run(
+    recipe: Recipe,
+    images: torch.Tensor,
+    world: int,
+    *,
+    augment: object,
+    mix: object,
+    criterion: object,
+    compile: object,
+    progress: object,
+) -> None:
+    """What the recipe cannot check alone: the functions, the recipe against the data and the
+    processes, and the run's switches; before anything is touched."""
+    for name, function, form in (
+        ("augment", augment, "augment(images, generator) or None, got {}; e.g. random_shift(1)"),
+        ("mix", mix, "mix(images, labels, generator) or None, got {}; e.g. a MixUp"),
+        ("criterion", criterion, "criterion(outputs, targets, images) -> loss or None, got {}"),
     ):
-        function = a[name]
         if function is not None and not callable(function):
             raise TypeError(f"{name} must be a function {form.format(type(function).__name__)}.")
-    if a["criterion"] is not None and a["label_smoothing"] != 0:
+    if criterion is not None and recipe.label_smoothing != 0:
         raise ValueError(
-            f"label_smoothing={a['label_smoothing']} with a criterion: the criterion owns its "
+            f"label_smoothing={recipe.label_smoothing} with a criterion: the criterion owns its "
             "loss; smooth the labels inside it, or leave label_smoothing=0."
         )
-    _checks.choice("optimizer", a["optimizer"], OPTIMIZERS)
-    _checks.choice("weight_decay_rule", a["weight_decay_rule"], WEIGHT_DECAY_RULES)
-    if a["clip_grad_norm"] is not None:
-        _checks.real("clip_grad_norm", a["clip_grad_norm"], low=0, open_low=True,
-                     fix="the ViT paper clips at 1.0")  # fmt: skip
-    batch_size, accumulate = a["batch_size"], a["accumulate"]
-    _checks.integer("accumulate", accumulate, minimum=1, fix="use 1 for no accumulation")
+    batch_size, accumulate = recipe.batch_size, recipe.accumulate
     if batch_size % world:
         raise ValueError(
             f"batch_size={batch_size} is the global batch of {world} processes, so it must be a "
@@ -84,19 +81,18 @@ def recipe(arguments: dict, world: int) -> None:
             f"{batch_size // world} images{' per process' * (world > 1)}; use accumulate <= "
             f"{batch_size // world}, or a larger batch_size."
         )
-    repeats = _checks.integer("repeated_augmentation", a["repeated_augmentation"], minimum=1,
-                              fix="use 1 for none, 3 as DeiT")  # fmt: skip
-    if repeats > len(a["images"]):
+    repeats = recipe.repeated_augmentation
+    if repeats > len(images):
         raise ValueError(
-            f"repeated_augmentation={repeats} is more than the {len(a['images'])} training "
+            f"repeated_augmentation={repeats} is more than the {len(images)} training "
             "images; use at most that (DeiT uses 3)."
         )
-    if _checks.boolean("compile", a["compile"]) and world > 1:
+    if _checks.boolean("compile", compile) and world > 1:
         raise ValueError(
             "compile=True is not supported under torchrun (DistributedDataParallel); train "
             "with compile=False there, or in one process."
         )
-    _checks.boolean("progress", a["progress"])
+    _checks.boolean("progress", progress)
 
 
 def data_for(

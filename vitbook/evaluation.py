@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from vitbook import _checks
+from vitbook.recipe import PRECISIONS
 from vitbook.train_step import autocast, logits_of
 
 __all__ = ["evaluate", "predict", "resolve_precision"]
 
 Data = tuple[torch.Tensor, torch.Tensor]
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def _num_classes(model: nn.Module) -> int | None:

@@ -41,9 +41,10 @@ from vitbook.evaluation import (
     resolve_precision,
 )
 from vitbook.optim import lr_factor, make_optimizer, param_groups
+from vitbook.recipe import Recipe
 from vitbook.train_step import TrainStep
 
-__all__ = ["History", "evaluate", "fit", "predict", "random_shift", "resolve_precision"]
+__all__ = ["History", "Recipe", "evaluate", "fit", "predict", "random_shift", "resolve_precision"]
 
 Data = tuple[torch.Tensor, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
@@ -152,31 +153,19 @@ def _world() -> tuple[int, int]:
 def fit(
     model: nn.Module,
     train_data: Data,
+    recipe: Recipe | None = None,
     *,
-    epochs: int,
-    lr: float = 1e-3,
-    weight_decay: float = 0.05,
-    batch_size: int = 64,
-    seed: int = 0,
-    warmup_epochs: int | None = None,
-    warmup_steps: int | None = None,
-    label_smoothing: float = 0.0,
     augment: Augment | None = None,
     mix: Mix | None = None,
+    criterion: Criterion | None = None,
     eval_data: Data | None = None,
     device: str | torch.device | None = None,
-    precision: str = "auto",
-    optimizer: str = "adamw",
-    clip_grad_norm: float | None = None,
-    accumulate: int = 1,
-    weight_decay_rule: str = "all",
-    criterion: Criterion | None = None,
-    repeated_augmentation: int = 1,
     compile: bool = False,
     sync_every: int | None = None,
     resume: dict | None = None,
     after_epoch: AfterEpoch | None = None,
     progress: bool = True,
+    **fields: object,
 ) -> History:
     """Train ``model`` in place with AdamW, warm-up and cosine decay; return the learning curves.
 
@@ -188,8 +177,8 @@ def fit(
 
     On a GPU the loop does what a fast hand-written loop does: the training images move to the
     GPU once when they take less than half its free memory (else each batch moves), the order
-    and the augmentation are drawn there, the forward pass runs in mixed precision
-    (``precision``), and the steps do not wait for the host: the loss, the gradients and the
+    and the augmentation are drawn there, the forward pass runs in mixed precision (the recipe's
+    ``precision``), and the steps do not wait for the host: the loss, the gradients and the
     updated weights are checked for finiteness on the GPU at every step, and what it found is
     read at the epoch's end (or every ``sync_every`` steps), together with the epoch's summed
     loss and accuracy. ``vitbook.train_step`` holds the step itself.
@@ -213,18 +202,13 @@ def fit(
             heads); then ``criterion`` makes the loss, and the training accuracy counts the
             mean of the tuple's logits.
         train_data: ``(images (B, C, H, W) float, labels (B,) int64)``.
-        epochs: passes over ``train_data``.
-        lr: the peak learning rate.
-        weight_decay: the optimizer's weight decay (decoupled for AdamW). DeiT uses 0.05; the
-            ViT paper pre-trains with 0.3 (ImageNet), 0.03 (ImageNet-21k) and 0.1 (JFT-300M)
-            (its Table 3) and fine-tunes with 0.
-        batch_size: images per optimizer step (the last batch of an epoch may be smaller).
-        seed: seeds everything random in training.
-        warmup_epochs: epochs of linear warm-up (0 for none); ``None`` means 1, unless
-            ``warmup_steps`` is given.
-        warmup_steps: optimizer steps of linear warm-up instead (the ViT authors warm up over
-            500 steps); give one of ``warmup_epochs`` and ``warmup_steps``.
-        label_smoothing: passed to ``F.cross_entropy``; 0.1 in DeiT. Not with ``criterion``.
+        recipe: a :class:`vitbook.recipe.Recipe`, what decides the run's numbers (epochs, lr,
+            weight decay and its rule, batch size, seed, warm-up, label smoothing, optimizer,
+            clipping, accumulation, repeated augmentation, precision).
+        **fields: the recipe's fields as keywords instead (``fit(model, data, epochs=20,
+            lr=0.1)``), or changes to ``recipe`` (``fit(model, data, recipe, seed=3)``).
+            ``label_smoothing`` is not for a ``criterion``, which owns its loss; under
+            ``torchrun`` ``batch_size`` is the global batch.
         augment: ``augment(images, generator) -> images``, applied to each training batch on the
             training device with a generator there, e.g. :func:`random_shift`. An augmentation
             whose ``value_range`` attribute is ``(0.0, 1.0)`` (RandAugment's) gets the training
@@ -232,33 +216,14 @@ def fit(
         mix: ``mix(images, labels, generator) -> (images, targets (B, n_cls))``, after
             ``augment``: MixUp or CutMix with soft targets (see :mod:`vitbook.augment`). A
             ``num_classes`` attribute is checked against the labels, once.
-        eval_data: evaluated after every epoch, if given (the validation split).
-        device: where to train; by default the device of the model's parameters.
-        precision: ``"auto"`` (bf16 on recent GPUs, fp16 with a gradient scaler on older ones,
-            fp32 on the CPU; see :func:`resolve_precision`), ``"fp32"``, ``"bf16"`` or
-            ``"fp16"``.
-        optimizer: ``"adamw"`` or ``"sgd"`` (momentum 0.9, as the ViT paper fine-tunes).
-        clip_grad_norm: scale the gradients down to this global norm when above it (1.0 in the
-            ViT paper); ``None`` for no clipping.
-        accumulate: micro-batches per optimizer step (gradient accumulation): each step adds up
-            the gradients of ``accumulate`` micro-batches of about ``batch_size / accumulate``
-            images, weighted so that the sum is the gradient of the whole batch (a BatchNorm
-            still normalises each micro-batch by its own statistics); activation memory is that
-            of one micro-batch. The ViT authors' batch of 512 is 8 micro-batches of 64.
-        weight_decay_rule: ``"all"`` decays every trained parameter; ``"timm"`` spares biases,
-            norms, position embeddings and tokens, as timm and DeiT do (see
-            :func:`vitbook.optim.param_groups`).
         criterion: ``criterion(outputs, targets, images) -> loss``, a scalar, the mean over the
             images, in place of cross-entropy: for losses that need more than logits and labels
             (DeiT's distillation). ``outputs`` is what the model returned, ``targets`` the labels
             (B,) or the mix's soft targets (B, n_cls), ``images`` the augmented, mixed batch the
             model saw (so a teacher sees the same). It runs in the forward pass's autocast (a
             teacher's forward runs in the same precision); its loss is taken in fp32.
-        repeated_augmentation: DeiT's repeated augmentation: each epoch shows about
-            ``len(train_data) / r`` distinct images ``r`` times each, the copies next to each
-            other in the order (so in the same batch, as DeiT's ``RASampler`` puts them in the
-            same step across its processes), each augmented on its own; the epoch keeps its
-            length. 1 (the default) is plain shuffling.
+        eval_data: evaluated after every epoch, if given (the validation split).
+        device: where to train; by default the device of the model's parameters.
         compile: ``torch.compile`` the forward pass and the loss (CUDA graphs on a GPU; see
             :mod:`vitbook.train_step`); the first call compiles for a while. Not under
             ``torchrun``.
@@ -325,12 +290,14 @@ def fit(
         data = (_train_checks.fingerprint(images, labels),
                 None if eval_data is None else _train_checks.fingerprint(*eval_data))  # fmt: skip
     rank, world = _world()
-    _train_checks.recipe(locals(), world)
+    recipe = _train_checks.recipe_of(recipe, fields)
+    _train_checks.run(recipe, images, world, augment=augment, mix=mix, criterion=criterion,
+                      compile=compile, progress=progress)  # fmt: skip
     sync_every = _sync_every(sync_every, device)
     if after_epoch is not None and not callable(after_epoch):
         raise TypeError(f"after_epoch must be a function after_epoch(epochs_done, state) or "
                         f"None, got {type(after_epoch).__name__}.")  # fmt: skip
-    precision = resolve_precision(precision, device)
+    recipe = recipe.replace(precision=resolve_precision(recipe.precision, device))  # once
     _train_checks.data_for(augment, mix, images, labels, num_classes)
     params = [p for p in model.parameters() if p.requires_grad]
     _train_checks.weights(model, params)
@@ -340,35 +307,33 @@ def fit(
     )  # DDP averages the gradients of the processes in backward
     data_device = device if _fits_on(device, images, labels) else torch.device("cpu")
     images, labels = images.to(data_device), labels.to(data_device)
-    torch.manual_seed(seed)  # dropout, stochastic depth: torch's global generators
+    torch.manual_seed(recipe.seed)  # dropout, stochastic depth: torch's global generators
     # Order and augmentation draw from one generator where the data are (the GPU, when they fit).
-    generator = torch.Generator(data_device).manual_seed(seed)
+    generator = torch.Generator(data_device).manual_seed(recipe.seed)
     augment_generator = (
-        generator if data_device == device else torch.Generator(device).manual_seed(seed)
+        generator if data_device == device else torch.Generator(device).manual_seed(recipe.seed)
     )
     generators = {"order": generator}
     if augment_generator is not generator:
         generators["augment"] = augment_generator
-    optim = make_optimizer(
-        optimizer, param_groups(model, weight_decay, weight_decay_rule), lr, device
-    )
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    steps_per_epoch = math.ceil(len(images) / batch_size)
-    total = epochs * steps_per_epoch
-    warmup = warmup_steps if warmup_steps is not None else (
-        (1 if warmup_epochs is None else warmup_epochs) * steps_per_epoch
+    groups = param_groups(model, recipe.weight_decay, recipe.weight_decay_rule)
+    optim = make_optimizer(recipe.optimizer, groups, recipe.lr, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
+    steps_per_epoch = math.ceil(len(images) / recipe.batch_size)
+    total = recipe.epochs * steps_per_epoch
+    warmup = recipe.warmup_steps if recipe.warmup_steps is not None else (
+        (1 if recipe.warmup_epochs is None else recipe.warmup_epochs) * steps_per_epoch
     )  # fmt: skip
     scheduler = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: lr_factor(s, total, warmup))
     train_step = TrainStep(
-        model, net, optim, scheduler, scaler, params, precision=precision, device=device,
-        criterion=criterion, label_smoothing=label_smoothing, accumulate=accumulate,
-        clip_grad_norm=clip_grad_norm, lr=lr, rank=rank, world=world, compile=compile,
-        sync_every=sync_every,
+        model, net, optim, scheduler, scaler, params, recipe=recipe, device=device,
+        criterion=criterion, rank=rank, world=world, compile=compile, sync_every=sync_every,
         where=lambda step: f"epoch {(step - 1) // steps_per_epoch + 1}, step {step} of {total}",
     )  # fmt: skip
-    evaluator = Evaluator(model, eval_data, max(256, batch_size), device, precision)
-    history = History(precision=precision)
-    arguments = _deciding(locals(), len(images), eval_data, data)
+    evaluator = Evaluator(model, eval_data, max(256, recipe.batch_size), device, recipe.precision)
+    history = History(precision=recipe.precision)
+    arguments = _deciding(recipe, world, len(images), eval_data, data,
+                          augment=augment, mix=mix, criterion=criterion)  # fmt: skip
     parts = {"model": model, "optimizer": optim, "scheduler": scheduler, "scaler": scaler,
              "generators": generators, "device": device}  # fmt: skip
     start_epoch = 0
@@ -381,13 +346,13 @@ def fit(
     if _progress_enabled(progress) and rank == 0:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=epochs, initial=start_epoch, desc="training", unit="epoch")
-    for epoch in range(start_epoch, epochs):
+        bar = tqdm(total=recipe.epochs, initial=start_epoch, desc="training", unit="epoch")
+    for epoch in range(start_epoch, recipe.epochs):
         start = time.perf_counter()
         model.train()
         train_step.new_epoch()
-        order = _order(len(images), repeated_augmentation, generator, data_device)
-        for batch in order.split(batch_size):
+        order = _order(len(images), recipe.repeated_augmentation, generator, data_device)
+        for batch in order.split(recipe.batch_size):
             x = images[batch].to(device, non_blocking=True)  # (b, C, H, W)
             y = labels[batch].to(device, non_blocking=True)  # (b,)
             first = train_step.steps == 0
@@ -438,23 +403,22 @@ def _sync_every(sync_every: int | None, device: torch.device) -> int:
                            fix="use 1 to read after every step, or None")  # fmt: skip
 
 
-# fit's arguments that decide the numbers of a run: a resumed call must repeat them.
-_DECIDING = ("epochs", "lr", "weight_decay", "batch_size", "seed", "warmup_epochs",
-             "warmup_steps", "label_smoothing", "precision", "optimizer", "clip_grad_norm",
-             "accumulate", "weight_decay_rule", "repeated_augmentation", "world")  # fmt: skip
-
-
 def _deciding(
-    arguments: dict, n_images: int, eval_data: Data | None, data: tuple[str | None, str | None]
+    recipe: Recipe,
+    world: int,
+    n_images: int,
+    eval_data: Data | None,
+    data: tuple[str | None, str | None],
+    **functions: Callable | None,
 ) -> dict[str, object]:
-    """What a resumed call must repeat: the arguments, the data's sizes and checksums, and the
-    functions with their settings (an augmentation's strength)."""
-    deciding = {name: arguments[name] for name in _DECIDING}
+    """What a resumed call must repeat: the recipe (its precision resolved), the processes, the
+    data's sizes and checksums, and the functions with their settings (an augmentation's
+    strength)."""
+    deciding = {**recipe.to_dict(every=True), "world": world}
     deciding["images"] = n_images
     deciding["eval_images"] = None if eval_data is None else len(eval_data[1])
     deciding["train_data_sha256"], deciding["eval_data_sha256"] = data
-    for name in ("augment", "mix", "criterion"):
-        function = arguments[name]
+    for name, function in functions.items():
         deciding[name] = None if function is None else _train_checks.configuration(function)
     return deciding
 

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitbook import _checks
+from vitbook.recipe import Recipe
 
 __all__ = ["DivergenceError", "TrainStep", "autocast"]
 
@@ -103,8 +104,10 @@ class TrainStep:
             or its ``DistributedDataParallel`` wrapper).
         optimizer, scheduler, scaler: as built by ``fit``.
         params: the trained parameters, in ``model.parameters()`` order (clipping sums in it).
-        precision, device, criterion, label_smoothing, accumulate, clip_grad_norm, lr: as in
-            ``fit``; rank, world: this process and the number of processes.
+        recipe: the run's :class:`vitbook.recipe.Recipe`, its precision resolved (``"fp32"``,
+            ``"bf16"`` or ``"fp16"``): the step reads its precision, label smoothing,
+            accumulation, clipping and learning rate.
+        device, criterion: as in ``fit``; rank, world: this process and the number of processes.
         compile: compile the forward pass and the loss (see the module's docstring).
         sync_every: read the device's verdict every this many steps (1: after every step);
             :meth:`check` also reads it whenever it is called.
@@ -123,13 +126,9 @@ class TrainStep:
         scaler: torch.amp.GradScaler,
         params: list[nn.Parameter],
         *,
-        precision: str,
+        recipe: Recipe,
         device: torch.device,
         criterion: Criterion | None,
-        label_smoothing: float,
-        accumulate: int,
-        clip_grad_norm: float | None,
-        lr: float,
         rank: int,
         world: int,
         compile: bool,
@@ -138,10 +137,15 @@ class TrainStep:
     ) -> None:
         self.model, self.net, self.optimizer = model, net, optimizer
         self.scheduler, self.scaler, self.params = scheduler, scaler, params
-        self.precision, self.device, self.criterion = precision, device, criterion
-        self.label_smoothing, self.accumulate = label_smoothing, accumulate
-        self.clip = clip_grad_norm
-        self.lr, self.rank, self.world = lr, rank, world
+        if recipe.precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(
+                f"TrainStep takes a recipe whose precision is resolved, got "
+                f"{recipe.precision!r}; use vitbook.train.resolve_precision(precision, device)."
+            )
+        self.recipe, self.device, self.criterion = recipe, device, criterion
+        self.precision, self.label_smoothing = recipe.precision, recipe.label_smoothing
+        self.accumulate, self.clip, self.lr = recipe.accumulate, recipe.clip_grad_norm, recipe.lr
+        self.rank, self.world = rank, world
         self.sync_every, self.where = sync_every, where
         self.fp16 = scaler.is_enabled()
         # The guarded state: what a step changes. Frozen parameters are left out.

@@ -1,0 +1,109 @@
+"""vitbook.recipe.Recipe: the recipe as data, and fit taking it (or its fields as keywords)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+from vitbook.recipe import Recipe
+from vitbook.train import fit
+
+
+def data(n=24):
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(n, 1, 4, 4, generator=generator)
+    return images, (images.mean(dim=(1, 2, 3)) > 0).long()
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 2))
+
+
+def test_to_dict_names_the_fields_given_in_field_order():
+    recipe = Recipe(label_smoothing=0.1, epochs=100, batch_size=64, lr=5e-3)
+    assert list(recipe.to_dict()) == ["epochs", "lr", "batch_size", "label_smoothing"]
+    assert recipe.to_dict()["batch_size"] == 64  # named, although it is the default
+    assert len(recipe.to_dict(every=True)) == len(dataclasses.fields(Recipe))
+    assert recipe.replace(seed=2).to_dict() == {**recipe.to_dict(), "seed": 2}
+    assert list(recipe.replace(seed=2).to_dict())[-2] == "seed"  # still in field order
+    # equal values are equal recipes, however they were written
+    assert Recipe(epochs=3) == Recipe(epochs=3, lr=1e-3)
+    assert Recipe(epochs=3).to_dict() != Recipe(epochs=3, lr=1e-3).to_dict()
+
+
+def test_a_recipe_survives_copies_and_pickles_with_its_layout():
+    recipe = Recipe(epochs=5, lr=2e-3, warmup_epochs=1)
+    for twin in (copy.copy(recipe), copy.deepcopy(recipe), pickle.loads(pickle.dumps(recipe))):
+        assert twin == recipe and twin.to_dict() == recipe.to_dict()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.lr = 1.0
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "match"),
+    [
+        ({"epochs": 0}, ValueError, r"epochs=0 must be a positive int; use e.g. epochs=10"),
+        ({"epochs": 2, "batch_size": 2.5}, ValueError, r"batch_size=2.5 must be a positive int"),
+        ({"epochs": 2, "lr": "3e-3"}, TypeError, r"lr"),
+        ({"epochs": 2, "lr": 0.0}, ValueError, r"lr=0.0 must be positive"),
+        ({"epochs": 2, "warmup_epochs": 1, "warmup_steps": 5}, ValueError, r"pass one of them"),
+        ({"epochs": 2, "optimizer": "adam"}, ValueError, r"optimizer='adam' is not supported"),
+        ({"epochs": 2, "weight_decay_rule": "most"}, ValueError, r"weight_decay_rule='most'"),
+        ({"epochs": 2, "label_smoothing": 1.0}, ValueError, r"label_smoothing"),
+        ({"epochs": 2, "clip_grad_norm": 0.0}, ValueError, r"clip_grad_norm"),
+        ({"epochs": 2, "accumulate": 0}, ValueError, r"accumulate"),
+        ({"epochs": 2, "repeated_augmentation": 0}, ValueError, r"repeated_augmentation"),
+        ({"epochs": 2, "precision": "fp8"}, ValueError, r"precision='fp8' is not supported"),
+    ],
+)
+def test_a_recipe_refuses_what_fit_refuses_with_the_same_words(fields, error, match):
+    with pytest.raises(error, match=match):
+        Recipe(**fields)
+    with pytest.raises(error, match=match):  # fit's keywords make the same recipe
+        fit(model(), data(), progress=False, **fields)
+
+
+def test_from_dict_reads_the_layout_and_refuses_what_is_not_a_field():
+    recorded = {"epochs": 100, "lr": 0.005, "weight_decay": 0.05, "batch_size": 64,
+                "warmup_epochs": 5, "label_smoothing": 0.1}  # as the results files hold it
+    assert Recipe.from_dict(recorded).to_dict() == recorded
+    with pytest.raises(ValueError, match=r"the recipe names 'augment', which is not a field"):
+        Recipe.from_dict({**recorded, "augment": "random_shift(1)"})
+    with pytest.raises(TypeError, match="a recipe is a dict of fields, got list"):
+        Recipe.from_dict([("epochs", 1)])
+    with pytest.raises(TypeError, match=r"Recipe has no field 'lrr'"):
+        Recipe(epochs=1).replace(lrr=1.0)
+
+
+def test_fit_takes_a_recipe_or_its_fields_alike():
+    recipe = Recipe(epochs=4, lr=0.1, batch_size=8, warmup_epochs=0, seed=3)
+    by_recipe, by_fields = model(), model()
+    first = fit(by_recipe, data(), recipe, progress=False)
+    second = fit(by_fields, data(), progress=False, **recipe.to_dict())
+    assert first.train_loss == second.train_loss and first.precision == "fp32"
+    for a, b in zip(by_recipe.parameters(), by_fields.parameters(), strict=True):
+        assert torch.equal(a, b)
+    changed = fit(model(), data(), recipe, seed=4, progress=False)  # a keyword changes it
+    assert changed.train_loss != first.train_loss
+
+
+def test_fit_names_a_wrong_recipe_a_missing_epochs_and_an_unknown_keyword():
+    with pytest.raises(TypeError, match=r"recipe must be a vitbook.train.Recipe, got dict"):
+        fit(model(), data(), {"epochs": 1}, progress=False)
+    with pytest.raises(TypeError, match=r"missing 1 required keyword-only argument: 'epochs'"):
+        fit(model(), data(), progress=False)
+    with pytest.raises(TypeError, match=r"fit\(\) got an unexpected keyword argument 'lrr'"):
+        fit(model(), data(), epochs=1, lrr=0.1, progress=False)
+
+
+def test_fit_has_few_named_parameters():
+    import inspect
+
+    named = [p for p in inspect.signature(fit).parameters.values() if p.kind != p.VAR_KEYWORD]
+    assert len(named) <= 14, [p.name for p in named]
