@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Set up, test and build vitbook with nothing but Python 3.11.5+ and pip.
 
+    python3 tasks.py book   # set up (once), then build the HTML book into _build/html
     python3 tasks.py test   # ruff, then pytest: unit tests, doctests, book build, notebooks
-    python3 tasks.py book   # build the HTML book into _build/html
+    python3 tasks.py setup  # everything the two need: the environments and a headless Chromium
     python3 tasks.py colab  # Colab-ready copies of the chapters into _build/colab/book/
     python3 tasks.py bench  # benchmarks (not part of the tests), see benchmarks/README.md
 
-Both commands first create or refresh the virtual environment `.venv`, installing
-`-r requirements.txt -c constraints.txt`; they reinstall only when one of requirements.txt,
-constraints.txt or pyproject.toml has changed. Extra arguments after `test` go to pytest
+Every command first creates or refreshes the virtual environment `.venv`, installing
+`-r requirements.txt -c constraints.txt`; it reinstalls only when one of requirements.txt,
+constraints.txt or pyproject.toml has changed. Operating-system packages (Chromium, for the
+browser tests) are installed by `setup` and `book` only, through sudo where needed: `test`
+installs none, and says what to run when one is missing. Extra arguments after `test` go to pytest
 (for example `python3 tasks.py test -m "not book"`).
 """
 
@@ -56,15 +59,22 @@ def run(*cmd: str | Path, env: dict[str, str] | None = None, log: Path | None = 
         ).returncode
 
 
-def ensure_system_packages() -> None:
-    """Install the operating-system packages that the tests need: a headless Chromium.
+def ensure_system_packages(install: bool) -> None:
+    """The operating-system packages that the tests need: a headless Chromium.
 
     The browser tests of the HTML book (tests/test_browser.py) drive Debian's `chromium`, found on
-    the PATH, with Playwright; Playwright's own browser download is never used. When `chromium`
-    is missing, install it with apt-get, through sudo when not running as root.
+    the PATH, with Playwright; Playwright's own browser download is never used. With ``install``
+    (``setup`` and ``book``) a missing `chromium` is installed with apt-get, through sudo when not
+    running as root; without it (``test``) the command stops and says what to run.
     """
     if shutil.which("chromium"):
         return
+    if not install:
+        sys.exit(
+            "[tasks] the browser tests need `chromium` on the PATH, and `test` installs no system "
+            "package: run `python3 tasks.py setup` once (it installs Debian's chromium with "
+            "apt-get, through sudo when not root), or install Chromium as a `chromium` command."
+        )
     apt = shutil.which("apt-get")
     if apt is None:
         sys.exit(
@@ -273,7 +283,7 @@ def start_classic_venv() -> Callable[[], None]:
 
 def test(pytest_args: list[str], classic_ready: Callable[[], None]) -> int:
     """Lint, then run pytest: unit tests, doctests, the book build and every notebook."""
-    ensure_system_packages()
+    ensure_system_packages(install=False)
     classic_ready()
     workers = pytest_workers(pytest_args)
     env = tool_env(threads=1 if workers else None)
@@ -324,26 +334,34 @@ def bench(bench_args: list[str]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["book", "test", "colab", "bench"])
+    parser.add_argument("command", choices=["book", "test", "setup", "colab", "bench"])
     args, extra = parser.parse_known_args()
-    if args.command in ("book", "colab") and extra:
+    if args.command in ("book", "setup", "colab") and extra:
         parser.error(f"unexpected arguments for {args.command}: {' '.join(extra)}")
     if sys.version_info < (3, 11, 5):  # noqa: UP036 (the guard is for older interpreters)
         # The oldest Python that every pin of constraints.txt installs on (tests/test_project.py).
         sys.exit(f"[tasks] vitbook needs Python 3.11.5 or newer, not {sys.version.split()[0]}")
     os.chdir(ROOT)
-    classic_ready = start_classic_venv() if args.command == "test" else None
+    classic_ready = start_classic_venv() if args.command in ("test", "setup") else None
     try:
         ensure_venv()
     except SystemExit:
         if classic_ready is not None:
             classic_ready()
         raise
+    if args.command == "setup":
+        classic_ready()
+        ensure_system_packages(install=True)
+        say("set up: .venv, .venv-classic and chromium are ready")
+        return 0
     if args.command == "bench":
         return bench(extra)
     if args.command == "colab":
         return colab()
-    return book() if args.command == "book" else test(extra, classic_ready)
+    if args.command == "book":
+        ensure_system_packages(install=True)  # the first command sets up all the tests need
+        return book()
+    return test(extra, classic_ready)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def synchronize(where: torch.device) -> None:
 
 def photo_vit(quick: bool, *, distilled: bool = False, attn_impl: str = "sdpa") -> nn.Module:
     from vitbook import VisionTransformer, ViTConfig
-    from vitbook.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
+    from vitbook.data.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
 
     size = {"embed_dim": 32, "depth": 2, "num_heads": 2} if quick else {
         "embed_dim": 256, "depth": 6, "num_heads": 8}  # fmt: skip
@@ -88,7 +88,7 @@ def plain_epoch(
     model: nn.Module, images: torch.Tensor, labels: torch.Tensor, precision: str, seed: int
 ) -> Callable[[], None]:
     """One epoch of a hand-written loop with the recipe of ``fit``, and no host sync."""
-    from vitbook.augment import random_crop_flip
+    from vitbook.data.augment import random_crop_flip
 
     where = images.device
     params = [p for p in model.parameters() if p.requires_grad]
@@ -203,7 +203,7 @@ def training_flops(build: Callable[[], nn.Module], *, teacher: Callable[[], nn.M
 def resnet18() -> nn.Module:
     """The ladder's CNN, behind the same Normalize as the photo ViT."""
     from vitbook.baselines import CifarResNet18
-    from vitbook.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
+    from vitbook.data.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
 
     return nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), CifarResNet18())
 
@@ -218,9 +218,9 @@ def fit_epoch(
 ) -> Callable[[], None]:
     """One epoch of ``fit``; with a ``teacher``, DeiT's hard distillation from it (the
     distillation token's student, the teacher's forward pass under the same autocast)."""
-    from vitbook.augment import random_crop_flip
-    from vitbook.distill import DistillationLoss
+    from vitbook.data.augment import random_crop_flip
     from vitbook.train import fit
+    from vitbook.train.distill import DistillationLoss
 
     recipe = dict(RECIPE)
     if teacher is not None:

@@ -10,8 +10,8 @@
     python scripts/run_distillation.py --check vitbook/assets/distillation.json --only \\
         "CNN teacher" --seeds 0
 
-The settings, the models and one run are defined in vitbook.distill_digits, so that the chapter
-and the tests use the same code. For every seed the teachers are trained first (the CNN, and
+The settings, the models and one run are defined in vitbook.studies.distill_digits, so that the
+chapter and the tests use the same code. For every seed the teachers are trained first (the CNN, and
 the ViT trained from scratch, which is the ViT teacher); every student of that seed learns from
 them. Settings are compared by their validation accuracy; each model reads the test digits once,
 after training, and no choice depends on them.
@@ -61,8 +61,8 @@ from pathlib import Path
 import numpy
 import torch
 
-from vitbook import records
-from vitbook.distill_digits import (
+from vitbook import _files
+from vitbook.studies.distill_digits import (
     DISTILLATION,
     FRACTION,
     RESULTS_PATH,
@@ -75,7 +75,7 @@ from vitbook.distill_digits import (
     run_one,
     save_teacher,
 )
-from vitbook.experiments import CNN_CHANNELS, RECIPE, _cpu_capability, _cpu_model_name
+from vitbook.studies.experiments import CNN_CHANNELS, RECIPE, _cpu_capability, _cpu_model_name
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "runs"
@@ -168,7 +168,7 @@ def validate(results: dict, name: str) -> None:
     """Refuse a results file that is not one of this miniature's, naming what is wrong.
 
     Raises:
-        records.ResultsFileError: other constants, a setting this code does not know or defines
+        _files.ResultsFileError: other constants, a setting this code does not know or defines
             otherwise, a run without an int seed, a seed twice, a share (an accuracy, an
             agreement) that is not a number in [0, 1], a provenance entry without its machine,
             a run whose ``process`` names no provenance entry.
@@ -223,7 +223,7 @@ def validate(results: dict, name: str) -> None:
         if twice:
             problems.append(f"setting {label!r} has seed(s) {twice} twice")
     if problems:
-        raise records.ResultsFileError(
+        raise _files.ResultsFileError(
             f"{name} is not a results file of this miniature, or not of this code:\n- "
             + "\n- ".join(problems)
             + "\nPass a file written by scripts/run_distillation.py with the code it was made "
@@ -319,7 +319,7 @@ def run(
                 one["process"] = process
             results["runs"].setdefault(label, []).append(one)
             results["settings"] = _settings_of(results["runs"])
-            records.write_json(out, results)  # after every run: a long run keeps its progress
+            _files.write_json(out, results)  # after every run: a long run keeps its progress
             _log(f"{label:<30} seed {seed}: validation {one['validation_accuracy']:.3f}, "
                  f"test {one['test_accuracy']:.3f}, {one['seconds']:.1f} s")  # fmt: skip
     seconds = time.perf_counter() - start
@@ -327,7 +327,7 @@ def run(
     here["wall_seconds"] = round(seconds, 1)
     results["runs"] = _ordered(results["runs"])
     results["settings"] = _settings_of(results["runs"])
-    records.write_json(out, results)
+    _files.write_json(out, results)
     _log(f"wrote {out} in {seconds:.0f} s")
 
 
@@ -363,7 +363,7 @@ def merge(paths: list[Path], out: Path, *, allow_mixed: bool = False) -> None:
     joined["settings"] = _settings_of(joined["runs"])
     joined["joins"].append({"command": _command(), "date": _now(),
                             "files": [str(path) for path in paths], "allow_mixed": allow_mixed})
-    records.write_json(out, joined)
+    _files.write_json(out, joined)
     _log(f"wrote {out}: settings {list(joined['runs'])}")
 
 
@@ -416,7 +416,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--seeds {' '.join(map(str, args.seeds))}: seeds are 0 or more.")
     if args.merge:
         _once(parser, "--merge", [path.expanduser().resolve() for path in args.merge])
-    if args.write_assets and args.out is not None and not records.is_shipped(args.out):
+    if args.write_assets and args.out is not None and not _files.is_shipped(args.out):
         parser.error("--write-assets writes the shipped file; leave out --out, or name it.")
     args.parser = parser
     return args
@@ -432,17 +432,17 @@ def main(argv: list[str] | None = None) -> int:
     elif args.out is not None:
         out = args.out
     else:  # a new file: a default run never replaces an earlier one
-        out = records.new_path(RUNS, "distillation-merged" if args.merge else "distillation")
+        out = _files.new_path(RUNS, "distillation-merged" if args.merge else "distillation")
     what = "not merged" if args.merge else "nothing trained"
     try:
-        out = records.check_output(out, write_assets=args.write_assets)
+        out = _files.check_output(out, write_assets=args.write_assets)
         if args.merge:
             merge(args.merge, out, allow_mixed=args.allow_mixed)
             return 0
         plan(args.only, args.seeds, out, args.allow_mixed)
         teacher_path = None
         if args.write_assets and "CNN teacher" in args.only and 0 in args.seeds:
-            teacher_path = records.check_output(TEACHER_PATH, write_assets=True, exists_ok=False)
+            teacher_path = _files.check_output(TEACHER_PATH, write_assets=True, exists_ok=False)
     except (OSError, ValueError) as error:
         args.parser.exit(2, f"{args.parser.prog}: {what}, {out} unchanged: {error}\n")
     _log(f"writing {out}")

@@ -7,7 +7,7 @@
     python scripts/run_experiments.py --only positions --out vitbook/assets/experiments.json \
         --update --write-assets                             # re-record one shipped experiment
 
-The experiments, the recipe and one training run are defined in vitbook.experiments, so the
+The experiments, the recipe and one training run are defined in vitbook.studies.experiments, so the
 chapters and the tests use the same code. Every run trains on the training part of
 vitbook.data.load_digits_split(validation=True) and records its validation accuracy (what the
 chapters compare settings by), its accuracy on the validation digits moved one pixel, and its test
@@ -46,8 +46,8 @@ from pathlib import Path
 import numpy
 import torch
 
-from vitbook import records
-from vitbook.experiments import (
+from vitbook import _files
+from vitbook.studies.experiments import (
     BASE_VIT,
     CNN_CHANNELS,
     EXPERIMENTS,
@@ -159,7 +159,7 @@ def _write(results: dict, out: Path) -> None:
     results["recipe"] = RECIPE
     results["base_vit"] = BASE_VIT
     results["cnn_channels"] = list(CNN_CHANNELS)
-    records.write_json(out, results)
+    _files.write_json(out, results)
 
 
 def timing(out: Path) -> None:
@@ -263,12 +263,12 @@ def main() -> None:
     if args.check:
         raise SystemExit(check(args.only, args.setting, args.seeds, args.out or RESULTS_PATH))
     if args.merge:
-        out = args.out or records.new_path(Path("runs"), "experiments-merged")
+        out = args.out or _files.new_path(Path("runs"), "experiments-merged")
         inputs = {path.expanduser().resolve() for path in args.merge}
     elif args.timing:
         out = args.out or RESULTS_PATH
     else:
-        out = args.out or records.new_path(Path("runs"), "experiments")
+        out = args.out or _files.new_path(Path("runs"), "experiments")
     try:  # before anything trains
         if args.timing and not out.is_file():
             raise FileNotFoundError(f"{out} does not exist; --timing adds to a results file.")
@@ -280,7 +280,7 @@ def main() -> None:
                 f"{out} exists; pass --update to replace its experiments {args.only} (keeping "
                 "the others), or choose a new --out."
             )
-        records.check_output(out, write_assets=args.write_assets)
+        _files.check_output(out, write_assets=args.write_assets)
         if out.exists() and not args.merge:
             load_results(out)  # a damaged file is named now, not after the runs
     except (OSError, ValueError) as error:

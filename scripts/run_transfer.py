@@ -7,8 +7,8 @@
     python scripts/run_transfer.py --check --only fine-tune --shots 1 --seeds 0
     python scripts/run_transfer.py --out vitbook/assets/transfer.json --write-assets  # re-record
 
-The protocol, the models and one run are defined in vitbook.transfer_digits, so the chapter and
-the tests use the same code. For each setting and number of labels, every learning rate of the
+The protocol, the models and one run are defined in vitbook.studies.transfer_digits, so the chapter
+and the tests use the same code. For each setting and number of labels, every learning rate of the
 grid is trained with every seed; the learning rate with the best mean validation accuracy is
 chosen, and only the chosen runs are evaluated on the test digits (the test set is read once).
 The higher-resolution settings use the learning rate chosen for fine-tuning at 8 px. Seed 0's
@@ -48,10 +48,10 @@ from pathlib import Path
 import numpy
 import torch
 
-from vitbook import records
-from vitbook.checkpoints import save_model
-from vitbook.experiments import _cpu_capability, _cpu_model_name
-from vitbook.transfer_digits import (
+from vitbook import _files
+from vitbook.pretrained.checkpoints import save_model
+from vitbook.studies.experiments import _cpu_capability, _cpu_model_name
+from vitbook.studies.transfer_digits import (
     HIGH_RES,
     HIGH_RES_SETTINGS,
     LONG_STEPS,
@@ -174,7 +174,7 @@ def run(settings: list[str], seeds: list[int], out: Path, pretrained_path: Path 
             if seed == 0 and pretrained_path is not None:
                 notes = {"source_test_accuracy": str(info["source_test_accuracy"]), "seed": "0",
                          "recipe": json.dumps(PRETRAIN_RECIPE)}  # fmt: skip
-                records.write_with(pretrained_path, lambda path, model=model, notes=notes:
+                _files.write_with(pretrained_path, lambda path, model=model, notes=notes:
                                    save_model(model, path, overwrite=True, **notes))  # fmt: skip
                 _log(f"wrote {pretrained_path}")
     for setting in settings:
@@ -201,7 +201,7 @@ def run(settings: list[str], seeds: list[int], out: Path, pretrained_path: Path 
 
 
 def _write(results: dict, out: Path) -> None:
-    records.write_json(out, results)
+    _files.write_json(out, results)
 
 
 def _as_list(provenance: dict | list) -> list[dict]:
@@ -298,8 +298,8 @@ def check(settings: list[str], shots: list[str] | None, seeds: list[int], path: 
 
 def _outputs(args, parser: argparse.ArgumentParser) -> tuple[Path, Path | None]:
     """The results file and the pre-trained model's file, checked before anything trains."""
-    out = args.out or records.new_path(Path("runs"), "transfer")
-    shipped = records.is_shipped(out)
+    out = args.out or _files.new_path(Path("runs"), "transfer")
+    shipped = _files.is_shipped(out)
     save = args.save_pretrained if args.save_pretrained is not None else shipped
     pretrained = None
     if save:
@@ -309,8 +309,8 @@ def _outputs(args, parser: argparse.ArgumentParser) -> tuple[Path, Path | None]:
         for path in (out, pretrained):
             if path is None:
                 continue
-            records.check_output(path, write_assets=args.write_assets)
-            replace = records.is_shipped(path) and args.write_assets  # a deliberate re-record
+            _files.check_output(path, write_assets=args.write_assets)
+            replace = _files.is_shipped(path) and args.write_assets  # a deliberate re-record
             if path.exists() and not replace:
                 raise FileExistsError(
                     f"{path} exists, and this script does not overwrite recorded results; "
@@ -344,13 +344,13 @@ def main() -> None:
                      "seed.")  # fmt: skip
     os.environ.setdefault("VITBOOK_PROGRESS", "0")
     if args.merge:
-        out = args.out or records.new_path(Path("runs"), "transfer-merged")
+        out = args.out or _files.new_path(Path("runs"), "transfer-merged")
         inputs = {path.expanduser().resolve() for path in args.merge}
         try:
             if out.exists() and out.expanduser().resolve() not in inputs:
                 raise FileExistsError(f"{out} exists and is not among the files to merge; "
                                       "add it to --merge, or choose a new --out.")  # fmt: skip
-            records.check_output(out, write_assets=args.write_assets)
+            _files.check_output(out, write_assets=args.write_assets)
         except (OSError, ValueError) as error:
             parser.exit(2, f"{parser.prog}: not merged: {error}\n")
         merge(args.merge, out, replace=args.replace)

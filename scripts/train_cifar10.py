@@ -11,9 +11,9 @@
     python scripts/train_cifar10.py --data cifar10.npz --state runs/state --minutes 10  # a session
     python scripts/train_cifar10.py --plan-only --minutes 10    # the plan, priced, in budgets
 
-The rows are ``vitbook.ladder.ROWS`` (each changes one thing from the row above; seeds from
-``vitbook.ladder.PLAN``), to reproduce the shipped recording ``RECORDED_ROWS``, and the rows of
-"Can a ViT beat the CNN that taught it?" (``DEIT_ROWS``): the ladder's best ViT recipe and budget
+The rows are ``vitbook.studies.ladder.ROWS`` (each changes one thing from the row above; seeds from
+``vitbook.studies.ladder.PLAN``), to reproduce the shipped recording ``RECORDED_ROWS``, and the rows
+of "Can a ViT beat the CNN that taught it?" (``DEIT_ROWS``): the ladder's best ViT recipe and budget
 (``vit-200``) distilled from the ladder's ResNet-18 (``resnet18-200``, same augmentation and
 budget) through DeiT's distillation token and hard targets, and the same ViT with a
 convolutional stem and one encoder block fewer. A distilled row needs its teacher's trained
@@ -38,11 +38,11 @@ attention distance of every head. ``--save-dir`` also writes each run's trained 
 (safetensors) and that read-out as a file of its own.
 
 Sessions of any length (``--state DIR``, ``--minutes M``): the next recording (the ladder and the
-data-efficient rows, in ``vitbook.ladder.recording_order``: seed 0 of ``resnet18-200``,
+data-efficient rows, in ``vitbook.studies.ladder.recording_order``: seed 0 of ``resnet18-200``,
 ``vit-200``, ``vit-200-deit-hard`` and ``vit-200-conv-stem`` first) is recorded into a state
-folder (``vitbook.session``), a session at a time. Every run saves its whole training state there
-every ``--save-every`` minutes, when SIGTERM or SIGINT ask it to stop, and before the budget of
-``M`` minutes ends; the next session, on the same machine or a bare one with the folder and the
+folder (``vitbook.studies.session``), a session at a time. Every run saves its whole training state
+there every ``--save-every`` minutes, when SIGTERM or SIGINT ask it to stop, and before the budget
+of ``M`` minutes ends; the next session, on the same machine or a bare one with the folder and the
 data file copied over, continues each unfinished run where it stopped (on the CPU the finished run
 is bit for bit the one an uninterrupted process makes). Runs share the GPU side by side
 (``--processes``: how many is measured at the start of each session and printed); a finished run
@@ -81,10 +81,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitbook import VisionTransformer, ViTConfig, augment, records
-from vitbook import resume as training_state
+from vitbook import VisionTransformer, ViTConfig, _files
 from vitbook.baselines import CifarResNet18
-from vitbook.cifar import (
+from vitbook.data import augment
+from vitbook.data.cifar import (
     CIFAR10_MEAN,
     CIFAR10_STD,
     DataUnavailableError,
@@ -93,8 +93,8 @@ from vitbook.cifar import (
     cifar10_standin,
     load_cifar10,
 )
-from vitbook.distill import DistillationLoss
-from vitbook.ladder import (
+from vitbook.studies import records
+from vitbook.studies.ladder import (
     BASE,
     BEST_ROW,
     DEIT_PLAN,
@@ -107,9 +107,17 @@ from vitbook.ladder import (
     readout,
     recording_order,
 )
-from vitbook.session import Concurrency, StateFolder, StateMismatchError, budgets_left, code_version
+from vitbook.studies.session import (
+    Concurrency,
+    StateFolder,
+    StateMismatchError,
+    budgets_left,
+    code_version,
+)
 from vitbook.train import evaluate, fit, resolve_precision
-from vitbook.train_step import DivergenceError
+from vitbook.train import resume as training_state
+from vitbook.train.distill import DistillationLoss
+from vitbook.train.step import DivergenceError
 
 STARTED = time.monotonic()  # a session's budget counts from here (after the imports)
 # The photo ViT: 32 px, 4 x 4 patches (64 tokens and the class token), D = 256, 6 blocks.
@@ -117,7 +125,7 @@ VIT = ViTConfig(img_size=32, patch_size=4, num_classes=10, embed_dim=256, depth=
                 mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
 TINY = ViTConfig(img_size=32, patch_size=8, num_classes=10, embed_dim=32, depth=2, num_heads=2,
                  mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
-ALL_ROWS = {**ROWS, **RECORDED_ROWS, **DEIT_ROWS}  # DEIT_ROWS: vitbook.ladder's, one change each
+ALL_ROWS = {**ROWS, **RECORDED_ROWS, **DEIT_ROWS}  # DEIT_ROWS: the ladder module's, one change each
 NEXT = {**ROWS, **DEIT_ROWS}  # the rows a state folder records
 INSIDE_PHOTOS = 8  # test photos whose rollout maps the chapter shows
 DISTANCE_PHOTOS = 512  # test photos over which mean attention distance is averaged
@@ -216,7 +224,7 @@ def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -
         ValueError: the file is damaged, or holds another model or another run, naming the
             file and what to do (never safetensors' own error or a list of hundreds of keys).
     """
-    from vitbook import _weights
+    from vitbook.pretrained import _weights
 
     row = ALL_ROWS[name]["teacher"]
     path = teacher_path(args, name, seed)
@@ -371,20 +379,20 @@ def save_weights(model: nn.Sequential, path: Path, result: dict) -> None:
              "normalize": json.dumps({"mean": CIFAR10_MEAN, "std": CIFAR10_STD})}  # fmt: skip
     body = model[1]
     if isinstance(body, VisionTransformer):  # vitbook's model file: load_model rebuilds it
-        from vitbook.checkpoints import save_model
+        from vitbook.pretrained.checkpoints import save_model
 
-        records.write_with(path, lambda temporary: save_model(body, temporary, overwrite=True,
+        _files.write_with(path, lambda temporary: save_model(body, temporary, overwrite=True,
                                                               **notes))  # fmt: skip
     else:
         from safetensors.torch import save
 
         tensors = {k: v.detach().cpu().contiguous() for k, v in body.state_dict().items()}
-        records.write_bytes(path, save(tensors, metadata=notes))
+        _files.write_bytes(path, save(tensors, metadata=notes))
 
 
 def merge(args, parser: argparse.ArgumentParser) -> None:
     """Join result files into a new one: their runs, and every provenance entry."""
-    out = args.out or records.new_path(Path("runs"), "cifar10-merged")
+    out = args.out or _files.new_path(Path("runs"), "cifar10-merged")
     inputs = {path.expanduser().resolve() for path in args.merge}
     try:
         if out.exists() and out.expanduser().resolve() not in inputs:
@@ -392,8 +400,8 @@ def merge(args, parser: argparse.ArgumentParser) -> None:
                 f"{out} exists and is not among the files to merge, so its runs would be lost; "
                 f"add it to --merge, or choose a new --out."
             )
-        records.check_output(out, write_assets=args.write_assets)
-        parts = [(str(path), records.read_json(path, remedy="pass a file written by this "
+        _files.check_output(out, write_assets=args.write_assets)
+        parts = [(str(path), _files.read_json(path, remedy="pass a file written by this "
                                                "script.")) for path in args.merge]  # fmt: skip
         note = {"command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -401,7 +409,7 @@ def merge(args, parser: argparse.ArgumentParser) -> None:
         joined = records.join(parts, allow_mixed=args.allow_mixed, note=note)
     except (OSError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: not merged: {error}\n")
-    records.write_json(out, joined)
+    _files.write_json(out, joined)
     print(f"merged {len(joined['runs'])} runs into {out}")
 
 
@@ -599,19 +607,19 @@ def state_plan(args, parser: argparse.ArgumentParser) -> argparse.Namespace:
 
 def check_outputs(args, parser: argparse.ArgumentParser) -> dict | None:
     """Every path this run writes, checked before it trains; the --out file's runs, if any."""
-    args.out = args.out or records.new_path(Path("runs"), "cifar10")
+    args.out = args.out or _files.new_path(Path("runs"), "cifar10")
     try:
-        records.check_output(args.out, write_assets=args.write_assets)
+        _files.check_output(args.out, write_assets=args.write_assets)
         existing = None
         if args.out.exists():
-            existing = records.read_json(args.out, remedy="choose another --out.")
+            existing = _files.read_json(args.out, remedy="choose another --out.")
             records.check_together([(str(args.out), existing)], allow_mixed=True)
-            records.check_finite(args.out, existing, remedy="choose another --out.")
+            _files.check_finite(args.out, existing, remedy="choose another --out.")
         if args.save_dir is not None:
             for name, seeds in args.plan:
                 for seed in seeds:
                     weights = args.save_dir / f"{name}-seed{seed}.safetensors"
-                    records.check_output(weights, write_assets=args.write_assets, exists_ok=False)
+                    _files.check_output(weights, write_assets=args.write_assets, exists_ok=False)
     except (OSError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: nothing trained: {error}\n")
     return existing
@@ -647,7 +655,7 @@ def print_plan(args) -> None:
 
 
 def folder_identity(args, splits: ImageSplits, device: torch.device) -> dict:
-    """What every run of a state folder shares (vitbook.session.StateFolder.claim)."""
+    """What every run of a state folder shares (vitbook.studies.session.StateFolder.claim)."""
     return {
         "data_sha256": splits.sha256,
         "data_photos": [len(splits.train[1]), len(splits.val[1]), len(splits.test[1])],
@@ -704,7 +712,7 @@ def record_run(row: str, seed: int, splits: ImageSplits, args, identity: dict,
     def on_epoch(checkpointer: training_state.Checkpointer) -> None:
         timing["seconds"].append(round(checkpointer.epoch_seconds[-1], 4))
         progress["epochs"] = checkpointer.epochs_done
-        records.write_json(folder.path(row, seed, ".json"), progress)
+        _files.write_json(folder.path(row, seed, ".json"), progress)
 
     checkpointer = training_state.Checkpointer(
         state_path, extra={"identity": run_identity}, deadline=deadline,
@@ -721,13 +729,13 @@ def record_run(row: str, seed: int, splits: ImageSplits, args, identity: dict,
             if seed == 0 or (row, seed) in teachers_of(args):
                 save_weights(model, folder.weights_path(row, seed), result)
                 if "inside" in result:
-                    records.write_json(folder.weights / f"{row}-seed{seed}-readout.json",
+                    _files.write_json(folder.weights / f"{row}-seed{seed}-readout.json",
                                        result["inside"])  # fmt: skip
-            records.write_json(folder.path(row, seed, ".done.json"), result)
+            _files.write_json(folder.path(row, seed, ".done.json"), result)
     except training_state.OutOfTime:
         return "out of time"
     except DivergenceError as error:
-        records.write_json(folder.path(row, seed, ".failed.json"),
+        _files.write_json(folder.path(row, seed, ".failed.json"),
                            {"row": row, "seed": seed, "error": str(error)})  # fmt: skip
         return f"failed: {error}"
     return "finished"
@@ -1060,11 +1068,11 @@ def main(argv: list[str] | None = None) -> int:
                 if rank != 0:
                     continue
                 results["runs"].append({**result, "process": process})
-                records.write_json(args.out, results)
+                _files.write_json(args.out, results)
                 if args.save_dir is not None:
                     save_weights(model, args.save_dir / f"{name}-seed{seed}.safetensors", result)
                     if "inside" in result:
-                        records.write_json(args.save_dir / f"{name}-seed{seed}-readout.json",
+                        _files.write_json(args.save_dir / f"{name}-seed{seed}-readout.json",
                                            result["inside"])  # fmt: skip
                 print(f"{name} seed {seed}: val {result['final_val_accuracy']:.4f}, test "
                       f"{result['test_accuracy']:.4f}, {result['wall_clock_minutes']:.1f} min "

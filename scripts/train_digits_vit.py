@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from vitbook import VisionTransformer, ViTConfig, records
+from vitbook import VisionTransformer, ViTConfig, _files
 from vitbook.data import load_digits_split
 from vitbook.pretrained import DIGITS_VIT_CLS_PATH, DIGITS_VIT_PATH, save_model
 from vitbook.train import evaluate, fit, random_shift
@@ -45,7 +45,7 @@ CONFIG = ViTConfig(
     depth=4,
     num_heads=4,
     mlp_ratio=2.0,
-    pos_embed="sincos2d",  # best validation accuracy in vitbook.experiments' positions runs
+    pos_embed="sincos2d",  # best validation accuracy in vitbook.studies.experiments' positions runs
     pool="mean",
     attn_impl="sdpa",
 )
@@ -83,10 +83,10 @@ def main() -> None:
     elif args.write_assets:
         out = shipped
     else:
-        out = records.new_path(Path("runs"), shipped.stem, ".safetensors")
+        out = _files.new_path(Path("runs"), shipped.stem, ".safetensors")
     try:  # before anything trains and before the test digits are read
-        records.check_output(out, write_assets=args.write_assets)
-        if out.exists() and not (records.is_shipped(out) and args.write_assets):
+        _files.check_output(out, write_assets=args.write_assets)
+        if out.exists() and not (_files.is_shipped(out) and args.write_assets):
             raise FileExistsError(f"{out} exists, and this script does not overwrite a model; "
                                   "choose a new --out.")  # fmt: skip
     except (OSError, ValueError) as error:
@@ -125,7 +125,7 @@ def main() -> None:
              "train_images": len(x_train)}
         ),  # fmt: skip
     }
-    records.write_with(out, lambda path: save_model(model, path, overwrite=True, **notes))
+    _files.write_with(out, lambda path: save_model(model, path, overwrite=True, **notes))
     print(f"wrote {out}")
 
 

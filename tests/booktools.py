@@ -144,7 +144,7 @@ def toc_notebooks() -> list[Path]:
 
 def explorer_frames(html: str) -> tuple[dict[str, tuple[str, ...]], str]:
     """The pictures of every frame of a static figure by key (one ``data:`` URI per piece of
-    the figure, vitbook._panels), and the key of the frame shown first."""
+    the figure, vitbook.widgets._panels), and the key of the frame shown first."""
     stored = json.loads(
         re.search(r'<script type="application/json" class="vbx-frames">(.*?)</script>', html)[1]
     )

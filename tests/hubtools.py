@@ -8,7 +8,7 @@ downloads)::
 
 :func:`vit_cache` fills one with a random ``transformers`` ViT under a checkpoint's name, and
 :func:`write_cifar10_like` writes a small ``.npz`` of CIFAR-10's shapes and layout, which
-``vitbook.runtime`` reads in place of CIFAR-10 when ``VITBOOK_CIFAR10`` names it.
+``vitbook.train.runtime`` reads in place of CIFAR-10 when ``VITBOOK_CIFAR10`` names it.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def write_cifar10_like(path: Path, *, n_train: int, n_test: int, seed: int = 0) 
     import numpy as np
     import torch
 
-    from vitbook.cifar import cifar10_standin
+    from vitbook.data.cifar import cifar10_standin
 
     total = n_train + n_test
     crops = cifar10_standin(n_train=3 * -(-total // 3), n_val=3, n_test=3, seed=seed).train[0]

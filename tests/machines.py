@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from vitbook import experiments
+from vitbook.studies import experiments
 
 # Machines the checks are also run as (tests/test_machines.py): the two kinds a reader or a
 # cloud host most often has. Names as Linux's /proc/cpuinfo and torch report them.
@@ -55,8 +55,8 @@ def made_here(entries: list[dict]) -> bool:
 def pretend(
     monkeypatch: pytest.MonkeyPatch, machine: tuple[str, str], *modules: ModuleType
 ) -> None:
-    """Make ``vitbook.experiments`` (and ``modules``, which imported its two functions by name,
-    a script loaded by a test say) report ``machine`` as this one, until the test ends."""
+    """Make ``vitbook.studies.experiments`` (and ``modules``, which imported its two functions by
+    name, a script loaded by a test say) report ``machine`` as this one, until the test ends."""
     cpu, capability = machine
     for module in (experiments, *modules):
         monkeypatch.setattr(module, "_cpu_model_name", lambda: cpu)

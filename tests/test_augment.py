@@ -1,4 +1,5 @@
-"""vitbook.augment: per-sample draws, parity with PIL op by op, mixing proportions, no host sync."""
+"""vitbook.data.augment: per-sample draws, parity with PIL op by op, mixing proportions, no host
+sync."""
 
 import functools
 import math
@@ -15,7 +16,8 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vitbook.augment import (
+from vitbook.data import sample_image
+from vitbook.data.augment import (
     OPS,
     _magnitude_table,
     apply_ops,
@@ -27,7 +29,6 @@ from vitbook.augment import (
     random_resized_crop,
     trivial_augment_wide,
 )
-from vitbook.data import sample_image
 from vitbook.train import random_shift
 
 B, C, H, W = 5, 3, 7, 9  # all different, so a swapped axis fails loudly

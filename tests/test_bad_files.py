@@ -15,9 +15,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vitbook import VisionTransformer, ViTConfig
-from vitbook.checkpoints import ExistingFileError, load_model, read_metadata, save_model
-from vitbook.convert import config_from_hf, from_hf_state_dict, hf_class_names, to_hf_state_dict
 from vitbook.pretrained import PretrainedViT, load_pretrained
+from vitbook.pretrained.checkpoints import ExistingFileError, load_model, read_metadata, save_model
+from vitbook.pretrained.convert import (
+    config_from_hf,
+    from_hf_state_dict,
+    hf_class_names,
+    to_hf_state_dict,
+)
 
 CONFIG = ViTConfig(img_size=8, patch_size=4, in_chans=1, embed_dim=8, depth=1, num_heads=2,
                    num_classes=3)  # fmt: skip
@@ -299,7 +304,7 @@ def test_round_trip_still_loads(tmp_path):
                                        {"pos_embed": "sincos2d", "class_token": False,
                                         "pool": "mean"}, {"depth": 3, "pos_embed": "none"}])
 def test_the_closed_form_tensor_count_is_the_real_one(overrides):
-    from vitbook._weights import _num_tensors
+    from vitbook.pretrained._weights import _num_tensors
 
     config = ViTConfig(**{**vars(CONFIG), **overrides})
     with torch.device("meta"):

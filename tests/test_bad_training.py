@@ -289,7 +289,7 @@ def test_eval_labels_of_a_sequential_are_checked_at_the_first_evaluation():
 
 
 def test_rand_augment_refuses_images_outside_zero_one_once():
-    from vitbook.augment import compose, rand_augment, random_crop_flip
+    from vitbook.data.augment import compose, rand_augment, random_crop_flip
 
     images, labels = data()
     message = r"train_data images range from -0\.97\d+ to 0\.99\d+, but .* in \[0, 1\]"
@@ -302,7 +302,7 @@ def test_rand_augment_refuses_images_outside_zero_one_once():
 
 
 def test_a_mix_s_class_count_is_checked_against_the_labels_and_the_model():
-    from vitbook.augment import mixup_cutmix
+    from vitbook.data.augment import mixup_cutmix
 
     with pytest.raises(ValueError, match=r"train_data labels hold \[7\], outside the class "
                                          r"indices 0 \.\. 4"):  # fmt: skip

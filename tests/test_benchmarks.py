@@ -220,7 +220,7 @@ def test_the_gpu_section_needs_only_torch():
     probe = (
         f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None\n"
         "from benchmarks import run\nrun.section('gpu')\n"
-        "import vitbook.train, vitbook.augment, vitbook.baselines, vitbook.cifar\n"
+        "import vitbook.train, vitbook.data.augment, vitbook.baselines, vitbook.data.cifar\n"
         "from benchmarks import gpu\ngpu.photo_vit(quick=True)\ngpu.resnet18()\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,

@@ -4,7 +4,8 @@ A chapter that needs a GPU, a download or Colab runs its stand-in branch everywh
 built and tested; nbval runs that one (tests/test_book.py). This module runs the others, with the
 chapter's own cells and its own asserts, steered from outside the notebook:
 
-- a GPU: ``VITBOOK_SIMULATE_GPU=fp16``, which makes ``vitbook.runtime.detect_runtime`` report a
+- a GPU: ``VITBOOK_SIMULATE_GPU=fp16``, which makes ``vitbook.train.runtime.detect_runtime`` report
+a
   T4's branch (fp16 mixed precision) and run it on the CPU;
 - CIFAR-10: ``VITBOOK_CIFAR10``, a ``.npz`` of 170 photos of CIFAR-10's shapes and layout
   (``hubtools.write_cifar10_like``), or a missing file for "no data";
@@ -90,7 +91,7 @@ END = "=== the end of a branch ==="
 class Branch:
     """One place a chapter can run, and the cells that run there.
 
-    ``switches``: the environment variables of vitbook.runtime; ``in_colab``: Colab or not;
+    ``switches``: the environment variables of vitbook.train.runtime; ``in_colab``: Colab or not;
     ``checkpoint``: whether the Hugging Face cache holds the checkpoint; ``heading``: the
     section whose code cells run after the install and set-up cells (None: every cell).
     """
@@ -204,7 +205,7 @@ def stamp(text: str) -> datetime:
 
 
 def notes(shown: str) -> list[str]:
-    """The text of each boxed note (vitbook.runtime.note) that the cells showed."""
+    """The text of each boxed note (vitbook.train.runtime.note) that the cells showed."""
     return [part.split("</div>")[0] for part in shown.split('<div class="admonition note">')[1:]]
 
 

@@ -175,7 +175,7 @@ PHONE_READING = """() => {
       frame: frame ? frame.className : null,
     };
   });
-  // Result tables (vitbook.tables.Table): how far each reaches past the column, if at all.
+  // Result tables (vitbook.plotting.tables.Table): how far each reaches past the column, if at all.
   const column = article.getBoundingClientRect().right;
   const tables = Array.from(article.querySelectorAll("table.vb-table"), table => ({
     text: table.textContent.trim().slice(0, 40),
@@ -328,7 +328,7 @@ def browser_report(built_book: Path, request: pytest.FixtureRequest) -> dict:
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.fail(
-            "no `chromium` on the PATH: `python3 tasks.py test` installs it (apt-get install -y "
+            "no `chromium` on the PATH: `python3 tasks.py setup` installs it (apt-get install -y "
             "chromium); never `playwright install`.",
             pytrace=False,
         )
@@ -910,8 +910,8 @@ def test_what_scrolls_sideways_on_a_phone_says_so(browser_report):
 
 
 def test_result_tables_fit_a_phone(browser_report):
-    """Every result table (vitbook.tables.Table) fits the column of a 390 px window: its cells
-    wrap instead of the table panning."""
+    """Every result table (vitbook.plotting.tables.Table) fits the column of a 390 px window: its
+    cells wrap instead of the table panning."""
     chapters = chapter_pages(browser_report["pages"])
     tables = {name: page["phone_reading"]["tables"] for name, page in chapters.items()}
     wide = {n: [t for t in found if t["over"] > 1] for n, found in tables.items()}

@@ -1,4 +1,4 @@
-"""vitbook.cifar: CIFAR-10 from a .npz or torchvision, the validation split, the stand-in."""
+"""vitbook.data.cifar: CIFAR-10 from a .npz or torchvision, the validation split, the stand-in."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from vitbook.cifar import (
+from vitbook.data.cifar import (
     CIFAR10_CLASSES,
     DataUnavailableError,
     Normalize,

@@ -1,4 +1,4 @@
-"""Tests for vitbook.comparison: paired differences over seeds."""
+"""Tests for vitbook.studies.comparison: paired differences over seeds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import statistics
 import pytest
 from scipy import stats
 
-from vitbook.comparison import paired_difference, t_quantile_975
+from vitbook.studies.comparison import paired_difference, t_quantile_975
 
 
 def test_t_quantile_matches_scipy_for_every_df_the_book_can_meet():

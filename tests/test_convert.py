@@ -1,4 +1,5 @@
-"""vitbook.convert: Hugging Face and timm ViT weights load into vitbook and compute the same thing.
+"""vitbook.pretrained.convert: Hugging Face and timm ViT weights load into vitbook and compute the
+same thing.
 
 The parity tests build randomly initialised ``transformers`` ViTs (a test-only dependency, no
 network), perturb every parameter so that no tensor is left at a symmetric initial value (zero
@@ -16,7 +17,7 @@ from hubtools import perturb_
 from safetensors.torch import load_file
 
 from vitbook import VisionTransformer, ViTConfig
-from vitbook.convert import (
+from vitbook.pretrained.convert import (
     config_from_hf,
     from_hf_state_dict,
     from_timm_state_dict,

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitbook import VisionTransformer, ViTConfig
-from vitbook.distill import DistillationLoss, head_agreement
+from vitbook.train.distill import DistillationLoss, head_agreement
 
 # Sizes all different: B=6 images of C=1 x 8 x 8, n_cls=5 classes.
 B, N_CLS = 6, 5

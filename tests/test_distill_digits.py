@@ -10,9 +10,9 @@ import json
 import pytest
 import torch
 
-from vitbook import distill_digits
 from vitbook.baselines import DigitsCNN
-from vitbook.distill_digits import (
+from vitbook.studies import distill_digits
+from vitbook.studies.distill_digits import (
     SETTINGS,
     STUDENT,
     TEACHERS,
@@ -61,7 +61,7 @@ def test_the_token_without_a_teacher_trains_both_heads_on_the_labels(one_epoch):
 
 
 def test_soft_batchmean_weighs_the_kl_ten_times_deits(monkeypatch):
-    from vitbook.distill import DistillationLoss
+    from vitbook.train.distill import DistillationLoss
 
     seen = {}
 
@@ -104,7 +104,7 @@ def test_a_run_repeats_exactly(one_epoch):
 
 
 def test_summary_and_load_results(tmp_path):
-    from vitbook.records import ResultsFileError
+    from vitbook._files import ResultsFileError
 
     results = {"runs": {"a": [{"validation_accuracy": 0.5}, {"validation_accuracy": 0.7}],
                         "b": [{"validation_accuracy": 0.9}]}}  # fmt: skip
@@ -136,7 +136,7 @@ def test_the_teacher_agreement_is_measured_against_the_cnn_teacher(one_epoch):
 def test_a_saved_teacher_loads_with_its_weights_and_refuses_another_cnn(tmp_path):
     from safetensors.torch import save_file
 
-    from vitbook.distill_digits import load_teacher, save_teacher
+    from vitbook.studies.distill_digits import load_teacher, save_teacher
 
     torch.manual_seed(0)
     teacher = build(SETTINGS["CNN teacher"])

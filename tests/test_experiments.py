@@ -1,4 +1,5 @@
-"""vitbook.experiments: the shipped results file, its spread over seeds, and a re-run slice."""
+"""vitbook.studies.experiments: the shipped results file, its spread over seeds, and a re-run
+slice."""
 
 import importlib.util
 import json
@@ -9,7 +10,7 @@ import pytest
 import torch
 from machines import made_here
 
-from vitbook.experiments import (
+from vitbook.studies.experiments import (
     BASE_VIT,
     CNN_CHANNELS,
     EXPERIMENTS,
@@ -179,8 +180,8 @@ def test_a_slice_of_the_script_reproduces_the_file(results, experiment, label, s
 
 def test_a_run_trains_on_the_training_part_and_measures_the_held_out_parts(monkeypatch):
     """What run_one hands to fit and to evaluate, recorded instead of a 100-epoch training."""
-    from vitbook import experiments
     from vitbook.data import load_digits_split
+    from vitbook.studies import experiments
     from vitbook.train import History
 
     calls = {"fit": [], "evaluate": []}

@@ -17,7 +17,7 @@ from booktools import explorer_frames
 from matplotlib.figure import Figure
 from PIL import Image
 
-from vitbook.explorer import MAX_FRAMES, explore
+from vitbook.widgets.explorer import MAX_FRAMES, explore
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 calls = []

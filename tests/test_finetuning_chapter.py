@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from hubtools import small_vit_home  # noqa: F401  (a fixture)
 
-from vitbook.augment import random_resized_crop
-from vitbook.cifar import CIFAR10_CLASSES, cifar10_standin
+from vitbook.data.augment import random_resized_crop
+from vitbook.data.cifar import CIFAR10_CLASSES, cifar10_standin
 from vitbook.pretrained import DEFAULT_CHECKPOINT, load_pretrained
+from vitbook.pretrained.transfer import FINETUNE_RECIPE, freeze_body, with_preprocessing
 from vitbook.train import fit
-from vitbook.transfer import FINETUNE_RECIPE, freeze_body, with_preprocessing
 
 pytest.importorskip("transformers")
 

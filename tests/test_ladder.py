@@ -1,4 +1,5 @@
-"""vitbook.ladder: the shipped recording and its summary, the next ladder's rows, a read-out."""
+"""vitbook.studies.ladder: the shipped recording and its summary, the next ladder's rows, a
+read-out."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import torch
 from torch import nn
 
 from vitbook import VisionTransformer, ViTConfig
+from vitbook._files import ResultsFileError
 from vitbook.analysis import attention_rollout, mean_attention_distance
-from vitbook.cifar import Normalize
-from vitbook.comparison import paired_difference
-from vitbook.ladder import (
+from vitbook.data.cifar import Normalize
+from vitbook.studies.comparison import paired_difference
+from vitbook.studies.ladder import (
     BASE,
     DEIT_ROWS,
     FIRST_ROWS,
@@ -38,7 +40,6 @@ from vitbook.ladder import (
     recording_progress,
     summarize,
 )
-from vitbook.records import ResultsFileError
 
 # The shared recording (H100, JPEG copy of CIFAR-10, commit f5734a8), copied byte for byte.
 SHIPPED_SHA256 = "1d911bf86112bd67f41e607ffeebeafd911a0c0fa31c163669a1dfc24586ddeb"

@@ -19,7 +19,7 @@ DOCUMENTS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "scripts" / "R
 # (vitbook.css, vitbook.js), the published site (vitbook.github.io) or the page script's
 # JavaScript objects (vitbook.playgrounds...), which the lookbehind and the exclusions skip.
 MENTION = re.compile(r"(?<![\w/.-])vitbook(?:\.[A-Za-z_]\w*)+")
-NOT_PYTHON = ("vitbook.css", "vitbook.js", "vitbook.github", "vitbook.playground.js",
+NOT_PYTHON = ("vitbook.css", "vitbook.js", "vitbook.github", "vitbook.widgets.playground.js",
               "vitbook.playgrounds", "vitbook.playgroundMath")  # fmt: skip
 
 
@@ -109,3 +109,146 @@ def test_every_vitbook_path_that_is_mentioned_resolves():
 @pytest.mark.parametrize("text", ["see vitbook.css", "at vitbook.github.io", "vitbook.js"])
 def test_file_names_and_the_site_are_not_taken_for_modules(text):
     assert all(m[0].startswith(NOT_PYTHON) for m in MENTION.finditer(text))
+
+
+# --- layers: the ViT at the top, folders by role, imports only downwards -------------------------
+
+PACKAGE = ROOT / "vitbook"
+THE_VIT = ("patches", "positional", "attention", "encoder", "config", "vit", "stem", "axial")
+# Each layer imports only itself and the layers before it (a folder's modules may import each
+# other). The ViT's modules import no folder; no two folders import each other.
+LAYERS = (
+    ("_checks", "_files"),
+    (*THE_VIT, "baselines", "analysis"),
+    ("data",),
+    ("train",),
+    ("pretrained",),
+    ("studies",),
+    ("plotting",),
+    ("widgets",),
+)
+RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+
+
+def part(module: str) -> str:
+    """The top-level module or folder of ``vitbook.<module...>``."""
+    return module.removeprefix("vitbook").lstrip(".").split(".")[0]
+
+
+def vitbook_imports(path: Path) -> set[str]:
+    """Every vitbook module the file imports, at its top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vitbook"):
+            if node.module == "vitbook":
+                found |= {f"vitbook.{alias.name}" for alias in node.names}
+            else:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "vitbook"}
+    return found
+
+
+def modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in sorted(PACKAGE.rglob("*.py"))}  # fmt: skip
+
+
+def test_every_part_of_the_package_has_a_layer():
+    parts = {part(name) for name in modules()} - {""}
+    assert parts == set(RANK), f"not in LAYERS: {parts - set(RANK)}; gone: {set(RANK) - parts}"
+
+
+def test_imports_only_run_downwards():
+    upward = []
+    for name, path in modules().items():
+        here = part(name)
+        if not here:  # vitbook/__init__.py: the ViT's names only
+            assert {part(m) for m in vitbook_imports(path)} <= set(THE_VIT), name
+            continue
+        for imported in vitbook_imports(path):
+            there = part(imported)
+            if there and RANK[there] > RANK[here]:
+                upward.append(f"{name} imports {imported}")
+            if here == "train" and there in THE_VIT:
+                upward.append(f"{name} imports the ViT ({imported}): fit is for any model")
+    assert not upward, "\n".join(upward)
+
+
+def test_the_top_shows_the_vit_and_no_module_is_too_long():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 14, top
+    assert set(THE_VIT) <= set(top)
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert folders == ["data", "plotting", "pretrained", "studies", "train", "widgets"]
+    lengths = {name: len(path.read_text(encoding="utf-8").splitlines())
+               for name, path in modules().items()}  # fmt: skip
+    assert max(lengths.values()) <= 600, {n: k for n, k in lengths.items() if k > 600}
+
+
+def test_the_package_docstring_is_the_tree():
+    import vitbook
+
+    for folder in ("data", "train", "pretrained", "studies", "plotting", "widgets", "assets"):
+        assert re.search(rf"^\s+{folder}/\s+\w", vitbook.__doc__, re.M), folder
+    for module in THE_VIT:
+        assert f"{module}.py" in vitbook.__doc__, module
+
+
+# --- the README's map: each chapter and the code it explains ------------------------------------
+
+ROW = re.compile(r"^\| \[(?P<title>[^\]]+)\]\(https://[^)]*/book/(?P<page>\w+)\.html\) \| "
+                 r"(?P<modules>.*) \|$", re.M)  # fmt: skip
+
+
+def title(notebook: Path) -> str:
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        found = re.search(r"^# (.+)$", "".join(cell["source"]), re.M)
+        if cell["cell_type"] == "markdown" and found:
+            return found[1].strip()
+    raise AssertionError(f"{notebook} has no title")
+
+
+def defining_modules(notebook: Path) -> set[str]:
+    """The modules that define what the notebook imports from vitbook, with their packages."""
+    found = set()
+    for source in code_cells(notebook):
+        lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+        try:
+            tree = ast.parse("\n".join(lines))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vitbook"):
+                for alias in node.names:
+                    found.add(node.module)
+                    target = resolve(f"{node.module}.{alias.name}")
+                    found.add(getattr(target, "__module__", None) or target.__name__)
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("vitbook")}
+    return found | {".".join(m.split(".")[:k]) for m in found for k in range(2, m.count(".") + 1)}
+
+
+def test_the_readmes_chapter_map_is_true():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = {m["page"]: m for m in ROW.finditer(readme)}
+    chapters = [entry for entry in read_toc_chapters() if entry != "book/bibliography"]
+    documented = {f"book/{page}" for page in rows}
+    assert {c for c in chapters if c.endswith(".ipynb") or (ROOT / f"{c}.ipynb").exists()} - {
+        "book/notation"} <= documented, "a chapter is missing from the README's map"  # fmt: skip
+    for page, row in rows.items():
+        notebook = ROOT / "book" / f"{page}.ipynb"
+        assert row["title"] == title(notebook), (page, row["title"], title(notebook))
+        listed = re.findall(r"`(vitbook(?:\.\w+)*)`", row["modules"])
+        assert listed, page
+        used = defining_modules(notebook)
+        for module in listed:
+            importlib.import_module(module)
+            assert module in used, f"{page} does not use {module}; it uses {sorted(used)}"
+
+
+def read_toc_chapters() -> list[str]:
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    return [c["file"] for part in toc["parts"] for c in part["chapters"]]

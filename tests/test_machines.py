@@ -8,7 +8,7 @@ import pytest
 import torch
 from machines import FAKES, another_machine, made_here, pretend, this_machine
 
-from vitbook import experiments
+from vitbook.studies import experiments
 
 
 def entry(cpu: str, capability: str | None) -> dict:

@@ -1,11 +1,12 @@
-"""Tests for vitbook.numerics: the tolerance rule of the book's checks on live computations."""
+"""Tests for vitbook.studies.numerics: the tolerance rule of the book's checks on live
+computations."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from vitbook.numerics import UNIT_ROUNDOFF, compare_logits, tolerance
+from vitbook.studies.numerics import UNIT_ROUNDOFF, compare_logits, tolerance
 
 
 def test_unit_roundoff_is_half_of_finfo_eps():

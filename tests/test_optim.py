@@ -1,4 +1,4 @@
-"""vitbook.optim: which parameters decay under each rule, the optimizers, the schedule."""
+"""vitbook.train.optim: which parameters decay under each rule, the optimizers, the schedule."""
 
 import math
 
@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from vitbook import VisionTransformer, ViTConfig
-from vitbook.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
-from vitbook.optim import lr_factor, make_optimizer, param_groups
+from vitbook.data.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
 from vitbook.train import fit
+from vitbook.train.optim import lr_factor, make_optimizer, param_groups
 
 
 def vit(**overrides):

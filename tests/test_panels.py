@@ -1,4 +1,5 @@
-"""vitbook._panels: where an interactive figure is cut into pictures, and what the cuts keep."""
+"""vitbook.widgets._panels: where an interactive figure is cut into pictures, and what the cuts
+keep."""
 
 import base64
 import io
@@ -10,10 +11,10 @@ from booktools import explorer_frames
 from matplotlib.figure import Figure
 from PIL import Image
 
-from vitbook import _panels
-from vitbook._static_page import render
-from vitbook.explorer import explore
 from vitbook.plotting.style import PNG_SCALE
+from vitbook.widgets import _panels
+from vitbook.widgets._static_page import render
+from vitbook.widgets.explorer import explore
 
 
 def picture(uri: str) -> np.ndarray:

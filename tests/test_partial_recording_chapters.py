@@ -2,7 +2,7 @@
 stage of its plan: their own cells and checks, in a kernel, from nothing recorded to all of it.
 
 *Real photos on a GPU* (the next ladder's table) and *Can a ViT beat the CNN that taught it?*
-(its four CIFAR-10 rows and the paired answers) read ``vitbook.ladder.NEXT_RESULTS_PATH``. A
+(its four CIFAR-10 rows and the paired answers) read ``vitbook.studies.ladder.NEXT_RESULTS_PATH``. A
 recording made in GPU sessions ships while incomplete, so each chapter's cells and asserts must
 hold at every stage; a cell before each stage points the module's path at a file holding the
 first runs of the plan order (``tests/test_ladder.py``'s made-up runs).
@@ -18,7 +18,7 @@ import pytest
 from booktools import ROOT, kernel_env
 from test_ladder import PROVENANCE, fake_run, stages
 
-from vitbook.ladder import recording_order
+from vitbook.studies.ladder import recording_order
 
 pytestmark = pytest.mark.book
 
@@ -48,8 +48,8 @@ def test_the_chapter_shows_every_stage_of_a_partial_recording(page, tmp_path, mo
         path = tmp_path / f"{count}.json"
         runs = [fake_run(row, seed) for row, seed in order[:count]]
         path.write_text(json.dumps({"runs": runs, "provenance": PROVENANCE}), encoding="utf-8")
-        point = (f"import vitbook.ladder\nfrom pathlib import Path\n"
-                 f"vitbook.ladder.NEXT_RESULTS_PATH = Path({str(path)!r})")  # fmt: skip
+        point = (f"import vitbook.studies.ladder\nfrom pathlib import Path\n"
+                 f"vitbook.studies.ladder.NEXT_RESULTS_PATH = Path({str(path)!r})")  # fmt: skip
         first = len(cells)
         cells += [nbformat.v4.new_code_cell(point), *cells_by_id(page, shown)]
         spans[stage] = (first, len(cells), count)

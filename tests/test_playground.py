@@ -30,7 +30,8 @@ from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.analysis import attention_rollout
 from vitbook.data import load_digits_split
-from vitbook.playground import (
+from vitbook.pretrained import load_digits_vit
+from vitbook.widgets.playground import (
     MAX_PARAMETERS,
     PEN,
     DigitPlayground,
@@ -38,7 +39,6 @@ from vitbook.playground import (
     digit_playground,
     export_weights,
 )
-from vitbook.pretrained import load_digits_vit
 
 VARIANTS = ("mean", "cls")
 # The page computes in float64 from the same float32 weights that PyTorch computes with in
@@ -302,7 +302,7 @@ def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     chromium = shutil.which("chromium")
     if chromium is None:
-        pytest.fail("no `chromium` on the PATH: python3 tasks.py test installs it", pytrace=False)
+        pytest.fail("no `chromium` on the PATH: python3 tasks.py setup installs it", pytrace=False)
     with sync_api.sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(
             profile, executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, offline=True,

@@ -8,7 +8,6 @@ from matplotlib.figure import Figure
 
 from vitbook import ViTConfig, axial_attention_mask, plotting, sincos_1d, sincos_2d
 from vitbook.analysis import position_embedding_similarity
-from vitbook.experiments import load_results
 from vitbook.plotting import (
     plot_attention_cost,
     plot_attention_distance,
@@ -32,8 +31,9 @@ from vitbook.plotting import (
     plot_top_classes,
     plot_weight_table,
 )
+from vitbook.studies.experiments import load_results
+from vitbook.studies.transfer_digits import load_results as load_transfer_results
 from vitbook.train import History
-from vitbook.transfer_digits import load_results as load_transfer_results
 
 GH, GW = 3, 5  # all sizes differ, so a swapped axis cannot pass unnoticed
 

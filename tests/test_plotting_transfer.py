@@ -67,7 +67,7 @@ def test_each_line_goes_through_the_mean_over_seeds_at_the_labels_per_class():
 
 
 def test_the_recorded_results_are_drawn():
-    from vitbook.transfer_digits import load_results, summary
+    from vitbook.studies.transfer_digits import load_results, summary
 
     results = load_results()
     fig = plot_transfer(results)

@@ -290,3 +290,33 @@ def test_the_documents_relative_links_lead_to_files_that_exist():
             if not (document.parent / target).exists():
                 broken.append((str(document.relative_to(ROOT)), target))
     assert not broken, f"relative links to missing files (document, link): {broken}"
+
+
+def load_tasks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vitbook_tasks_setup", ROOT / "tasks.py")
+    tasks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tasks)
+    return tasks
+
+
+def test_the_test_command_installs_no_system_package_and_says_what_to_run(monkeypatch):
+    tasks = load_tasks()
+    commands = []
+    monkeypatch.setattr(tasks, "run", lambda *cmd, **kw: commands.append(cmd) or 0)
+    monkeypatch.setattr(tasks.shutil, "which", lambda name: None if name == "chromium" else name)
+    with pytest.raises(SystemExit, match=r"run `python3 tasks.py setup` once"):
+        tasks.test([], lambda: None)
+    assert commands == []  # no apt-get, no sudo, no pytest
+    with pytest.raises(SystemExit):  # setup does install: apt-get runs (here through the fake)
+        tasks.ensure_system_packages(install=True)
+    assert [cmd[-1] for cmd in commands if "apt-get" in map(str, cmd)] == ["update", "chromium"]
+
+
+def test_ci_sets_up_then_runs_the_readmes_test_command():
+    steps = [line for line in (ROOT / ".ci/run").read_text(encoding="utf-8").splitlines()
+             if line.startswith("python3 ")]  # fmt: skip
+    assert steps == ["python3 tasks.py setup", "python3 tasks.py test"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "python3 tasks.py test" in readme and "python3 tasks.py book" in readme

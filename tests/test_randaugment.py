@@ -1,4 +1,4 @@
-"""vitbook.randaugment: timm's scale (DeiT's rand-m9-mstd0.5-inc1) drawn per image, timm's two
+"""vitbook.data.randaugment: timm's scale (DeiT's rand-m9-mstd0.5-inc1) drawn per image, timm's two
 extra ops against PIL, and the torchvision scale left as it was."""
 
 import math
@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vitbook.image_ops import ALL_OPS, OPS, apply_ops
-from vitbook.randaugment import _timm_magnitudes, rand_augment, trivial_augment_wide
+from vitbook.data.image_ops import ALL_OPS, OPS, apply_ops
+from vitbook.data.randaugment import _timm_magnitudes, rand_augment, trivial_augment_wide
 
 B, C, H, W = 6, 3, 11, 14
 

@@ -1,4 +1,5 @@
-"""vitbook.recipe.Recipe: the recipe as data, and fit taking it (or its fields as keywords)."""
+"""vitbook.train.recipe.Recipe: the recipe as data, and fit taking it (or its fields as
+keywords)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from vitbook.recipe import Recipe
 from vitbook.train import fit
+from vitbook.train.recipe import Recipe
 
 
 def data(n=24):

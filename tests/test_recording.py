@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitbook.checkpoints import load_model
-from vitbook.recording import progress_of
-from vitbook.records import ResultsFileError
-from vitbook.resume import load_state, save_state
+from vitbook._files import ResultsFileError
+from vitbook.pretrained.checkpoints import load_model
+from vitbook.studies.recording import progress_of
+from vitbook.train.resume import load_state, save_state
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_cifar10.py"
@@ -242,7 +242,7 @@ def test_no_state_under_torchrun(script, tmp_path, capsys, monkeypatch):
 
 
 def test_plan_only_prices_the_plan_from_the_compiled_epoch(script, capsys):
-    from vitbook.ladder import recording_order
+    from vitbook.studies.ladder import recording_order
 
     assert script.main(["--plan-only", "--minutes", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -1,4 +1,4 @@
-"""vitbook.records and the scripts that record results: nothing recorded is lost.
+"""vitbook.studies.records and the scripts that record results: nothing recorded is lost.
 
 Paths are checked before a run, writes are atomic (a full disk keeps the old file and leaves no
 temporary file), damaged results files are named, ladder runs that do not belong together are not
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from vitbook import experiments, ladder, records, transfer_digits
-from vitbook.records import ResultsFileError, ShippedFileError
+from vitbook import _files
+from vitbook._files import ResultsFileError, ShippedFileError
+from vitbook.studies import experiments, ladder, records, transfer_digits
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "vitbook" / "assets"
@@ -43,45 +44,45 @@ def load_script(name: str):
 
 
 def test_shipped_files_are_recognised_wherever_the_path_comes_from(tmp_path, monkeypatch):
-    assert records.is_shipped(ASSETS / "transfer.json") and records.is_shipped(ASSETS)
+    assert _files.is_shipped(ASSETS / "transfer.json") and _files.is_shipped(ASSETS)
     monkeypatch.chdir(ASSETS)
-    assert records.is_shipped("experiments.json") and records.is_shipped("../assets/x.json")
-    assert not records.is_shipped(tmp_path / "assets" / "transfer.json")
+    assert _files.is_shipped("experiments.json") and _files.is_shipped("../assets/x.json")
+    assert not _files.is_shipped(tmp_path / "assets" / "transfer.json")
 
 
 def test_a_new_path_never_names_an_existing_file(tmp_path):
-    first = records.new_path(tmp_path, "ladder")
+    first = _files.new_path(tmp_path, "ladder")
     first.write_text("{}")
-    second = records.new_path(tmp_path, "ladder")
+    second = _files.new_path(tmp_path, "ladder")
     assert second != first and not second.exists() and second.name.startswith("ladder-")
-    assert second.suffix == ".json" and records.new_path(tmp_path, "m", ".safetensors").suffix \
+    assert second.suffix == ".json" and _files.new_path(tmp_path, "m", ".safetensors").suffix \
         == ".safetensors"  # fmt: skip
 
 
 def test_check_output_refuses_what_a_run_could_not_write(tmp_path, monkeypatch):
     with pytest.raises(ShippedFileError, match=r"transfer\.json ships with .*--write-assets"):
-        records.check_output(ASSETS / "transfer.json")
+        _files.check_output(ASSETS / "transfer.json")
     with pytest.raises(ShippedFileError, match="--overwrite-it"):
-        records.check_output(ASSETS / "new.json", flag="--overwrite-it")
-    assert records.check_output(ASSETS / "new.json", write_assets=True) == ASSETS / "new.json"
+        _files.check_output(ASSETS / "new.json", flag="--overwrite-it")
+    assert _files.check_output(ASSETS / "new.json", write_assets=True) == ASSETS / "new.json"
     assert not (ASSETS / "new.json").exists()  # checked, not written
     with pytest.raises(ValueError, match=r"is a folder; name a file in it"):
-        records.check_output(tmp_path)
+        _files.check_output(tmp_path)
     (tmp_path / "plain").write_text("x")
     with pytest.raises(ValueError, match=r"the folder of .* is a file"):
-        records.check_output(tmp_path / "plain" / "out.json")
+        _files.check_output(tmp_path / "plain" / "out.json")
     with pytest.raises(FileExistsError, match="does not replace it"):
-        records.check_output(tmp_path / "plain", exists_ok=False)
-    assert records.check_output(tmp_path / "a" / "b" / "out.json").parent.is_dir()
+        _files.check_output(tmp_path / "plain", exists_ok=False)
+    assert _files.check_output(tmp_path / "a" / "b" / "out.json").parent.is_dir()
     with pytest.raises(TypeError, match="must be a file path"):
-        records.check_output(3)
+        _files.check_output(3)
 
     def no_room(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(tempfile, "mkstemp", no_room)
     with pytest.raises(PermissionError, match=r"cannot write in .*choose a writable place"):
-        records.check_output(tmp_path / "out.json")
+        _files.check_output(tmp_path / "out.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "plain"]  # no probe left behind
 
 
@@ -90,9 +91,9 @@ def test_check_output_refuses_what_a_run_could_not_write(tmp_path, monkeypatch):
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
-    records.write_json(path, {"runs": [1, 2, 3]})
+    _files.write_json(path, {"runs": [1, 2, 3]})
     path.chmod(0o640)
-    records.write_json(path, {"runs": [4]})
+    _files.write_json(path, {"runs": [4]})
     assert json.loads(path.read_text()) == {"runs": [4]} and path.stat().st_mode & 0o777 == 0o640
 
     def failing_replace(src, dst):
@@ -100,7 +101,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
 
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(OSError, match="No space left"):
-        records.write_json(path, {"runs": [5, 6]})
+        _files.write_json(path, {"runs": [5, 6]})
     monkeypatch.undo()
 
     def failing_writer(temporary: Path) -> None:
@@ -108,14 +109,14 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError, match="No space left"):
-        records.write_with(path, failing_writer)
+        _files.write_with(path, failing_writer)
     assert json.loads(path.read_text()) == {"runs": [4]}
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
 def test_a_full_disk_names_the_file_the_size_and_what_to_do(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
-    records.write_json(path, {"runs": [1]})
+    _files.write_json(path, {"runs": [1]})
 
     def full(self, data):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -125,7 +126,7 @@ def test_a_full_disk_names_the_file_the_size_and_what_to_do(tmp_path, monkeypatc
                        r"\.json \(32 bytes to write\) failed; results\.json is as it was and no "
                        r"temporary file is left\. Free space on that disk \(df -h .*\) or write "
                        r"elsewhere, then run the command again\.$") as caught:  # fmt: skip
-        records.write_json(path, {"runs": [1, 2, 3]})
+        _files.write_json(path, {"runs": [1, 2, 3]})
     assert caught.value.errno == errno.ENOSPC  # still an OSError of a full disk
     monkeypatch.undo()
 
@@ -135,7 +136,7 @@ def test_a_full_disk_names_the_file_the_size_and_what_to_do(tmp_path, monkeypatc
 
     with pytest.raises(OSError, match=r"writing .*model\.bin \(2\.9 KiB written when the disk "
                        r"filled\) failed; model\.bin"):  # fmt: skip
-        records.write_with(tmp_path / "model.bin", half)
+        _files.write_with(tmp_path / "model.bin", half)
     assert json.loads(path.read_text()) == {"runs": [1]}
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
@@ -143,7 +144,7 @@ def test_a_full_disk_names_the_file_the_size_and_what_to_do(tmp_path, monkeypatc
 def test_a_new_file_gets_the_usual_permissions(tmp_path):
     umask = os.umask(0o022)
     try:
-        records.write_bytes(tmp_path / "a.bin", b"x")
+        _files.write_bytes(tmp_path / "a.bin", b"x")
     finally:
         os.umask(umask)
     assert (tmp_path / "a.bin").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0o600
@@ -214,14 +215,14 @@ def test_a_file_nested_too_deep_to_read_is_named(tmp_path):
     deep.write_text('{"runs": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(ResultsFileError, match=r"deep\.json nests deeper than a results file "
                        r"does .*it is not a results file; record it again"):  # fmt: skip
-        records.read_json(deep, remedy="record it again")
+        _files.read_json(deep, remedy="record it again")
 
 
 def test_a_damaged_shipped_file_says_how_to_restore_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(records, "ASSETS", tmp_path)
+    monkeypatch.setattr(_files, "ASSETS", tmp_path)
     (tmp_path / "transfer.json").write_text("{")
     with pytest.raises(ResultsFileError, match=r"git checkout -- .*transfer\.json"):
-        records.read_json(tmp_path / "transfer.json", remedy="record it again")
+        _files.read_json(tmp_path / "transfer.json", remedy="record it again")
 
 
 # ----- joining ladder runs -----------------------------------------------------------------------
@@ -323,10 +324,10 @@ def test_a_provenance_whose_data_is_not_an_object_is_named(data):
 )
 def test_write_json_refuses_nan_and_keeps_the_old_file(tmp_path, data, where):
     path = tmp_path / "results.json"
-    records.write_json(path, {"runs": [1]})
+    _files.write_json(path, {"runs": [1]})
     with pytest.raises(ValueError, match=rf"(nan|inf) at {where} cannot be written to .*results"
                        r"\.json: JSON has no NaN or infinity.*Write None \(null\)"):  # fmt: skip
-        records.write_json(path, data)
+        _files.write_json(path, data)
     assert json.loads(path.read_text()) == {"runs": [1]}  # strict JSON, and unchanged
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
 

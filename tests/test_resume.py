@@ -1,6 +1,6 @@
-"""vitbook.resume and fit(resume=..., after_epoch=...): a run stopped after k epochs and resumed,
-in this process or another, is bit for bit the run that never stopped; a state that does not
-belong to the call is refused, and a damaged state file is named."""
+"""vitbook.train.resume and fit(resume=..., after_epoch=...): a run stopped after k epochs and
+resumed, in this process or another, is bit for bit the run that never stopped; a state that does
+not belong to the call is refused, and a damaged state file is named."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from vitbook import VisionTransformer, ViTConfig
-from vitbook.augment import mixup_cutmix
-from vitbook.resume import TrainingStateError, load_state, save_state
+from vitbook.data.augment import mixup_cutmix
 from vitbook.train import fit, random_shift
+from vitbook.train.resume import TrainingStateError, load_state, save_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,7 +111,7 @@ WORKER = """
 import sys
 import torch
 from tests.test_resume import vit, problem
-from vitbook.resume import save_state
+from vitbook.train.resume import save_state
 from vitbook.train import fit, random_shift
 
 def after_epoch(done, state):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from machines import FAKES, another_machine, pretend
 
-from vitbook import distill_digits
-from vitbook.distill_digits import RESULTS_PATH, load_results
-from vitbook.records import ResultsFileError
+from vitbook._files import ResultsFileError
+from vitbook.studies import distill_digits
+from vitbook.studies.distill_digits import RESULTS_PATH, load_results
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_distillation.py"
 

@@ -1,4 +1,5 @@
-"""vitbook.runtime: where a chapter runs, and the switches that let the tests take each branch."""
+"""vitbook.train.runtime: where a chapter runs, and the switches that let the tests take each
+branch."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 import torch
 from hubtools import write_cifar10_like
 
-from vitbook.cifar import DataUnavailableError
-from vitbook.runtime import (
+from vitbook.data.cifar import DataUnavailableError
+from vitbook.train.runtime import (
     CIFAR10_FILE,
     SIMULATE_GPU,
     Note,

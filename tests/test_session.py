@@ -1,5 +1,5 @@
-"""vitbook.session and the stopping parts of vitbook.resume: the state folder (claimed once,
-appended to, never losing a run), how many runs share a GPU, how many budgets are left, and a
+"""vitbook.studies.session and the stopping parts of vitbook.train.resume: the state folder (claimed
+once, appended to, never losing a run), how many runs share a GPU, how many budgets are left, and a
 run that stops in time (a deadline, a signal, a hard deadline)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from vitbook import records
-from vitbook.resume import Checkpointer, OutOfTime, StopRequest, hard_deadline, load_state
-from vitbook.session import (
+from vitbook import _files
+from vitbook.studies import records
+from vitbook.studies.session import (
     Concurrency,
     StateFolder,
     StateMismatchError,
@@ -23,6 +23,7 @@ from vitbook.session import (
     code_version,
 )
 from vitbook.train import fit
+from vitbook.train.resume import Checkpointer, OutOfTime, StopRequest, hard_deadline, load_state
 
 IDENTITY = {"data_sha256": "ab" * 32, "code_version": "0123", "torch": "2.13.0",
             "precision": "bf16", "compile": True, "model": "photo ViT"}  # fmt: skip
@@ -38,8 +39,8 @@ def test_a_folder_belongs_to_one_identity(tmp_path):
                                                      rf".* there, .* here\).*Nothing trained"):
             folder.claim({**IDENTITY, field: value})
     assert json.loads(folder.plan_path.read_text()) == IDENTITY  # unchanged by the refusals
-    with pytest.raises(records.ShippedFileError, match=r"lies in vitbook/assets"):
-        StateFolder(records.ASSETS / "state")
+    with pytest.raises(_files.ShippedFileError, match=r"lies in vitbook/assets"):
+        StateFolder(_files.ASSETS / "state")
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match=r"is a file; name a folder"):
         StateFolder(tmp_path / "file")
@@ -50,7 +51,7 @@ def test_results_are_appended_with_a_provenance_entry_per_session(tmp_path):
     folder.claim(IDENTITY)
     first = folder.begin_session({"gpu": "NVIDIA H100 80GB HBM3", "budget_minutes": 10})
     run = {"row": "vit-50", "seed": 0, "epochs": 50, "recipe": {}, "test_accuracy": 0.8}
-    records.write_json(folder.path("vit-50", 0, ".done.json"), run)
+    _files.write_json(folder.path("vit-50", 0, ".done.json"), run)
     state = folder.path("vit-50", 0, ".pt")
     state.write_bytes(b"state")
     assert folder.join_finished() == [run] and folder.join_finished() == []
@@ -67,7 +68,7 @@ def test_results_are_appended_with_a_provenance_entry_per_session(tmp_path):
     with pytest.raises(RuntimeError, match=r"it would lose runs"):
         folder._write_results({**results, "runs": []}, results)
     assert folder.results_path.read_bytes() == before
-    records.write_json(folder.path("vit-50", 1, ".failed.json"),
+    _files.write_json(folder.path("vit-50", 1, ".failed.json"),
                        {"row": "vit-50", "seed": 1, "error": "loss is nan"})  # fmt: skip
     assert folder.failed() == {("vit-50", 1): "loss is nan"}
     assert folder.recorded() == {("vit-50", 0)}
@@ -292,18 +293,18 @@ def test_results_and_finished_runs_are_checked_against_the_plan(tmp_path):
          r"the run its name says"),
     ]:  # fmt: skip
         path = folder.runs / f"{name}.done.json"
-        records.write_json(path, run)
+        _files.write_json(path, run)
         with pytest.raises(StateMismatchError, match=message + r".*Nothing joined.*move it out"):
             folder.join_finished()
         assert path.exists() and folder.results()["runs"] == []  # kept, and not joined
         path.unlink()
-    records.write_json(folder.path("vit-50", 0, ".done.json"), RUN)
+    _files.write_json(folder.path("vit-50", 0, ".done.json"), RUN)
     assert folder.join_finished() == [RUN]
     with pytest.raises(StateMismatchError, match=r"results\.json holds vit-50 seed 0 trained for "
                        r"50 epochs .*but this folder's plan has 60 epochs.*Nothing trained"):
         folder.claim(IDENTITY, planned={**PLANNED, "vit-50": (60, {"lr": 1e-3})})
     text = folder.results_path.read_text()
     folder.results_path.write_text(text.replace('"test_accuracy": 0.8', '"test_accuracy": NaN'))
-    with pytest.raises(records.ResultsFileError, match=r"results\.json holds nan at runs\[0\]\."
+    with pytest.raises(_files.ResultsFileError, match=r"results\.json holds nan at runs\[0\]\."
                        r"test_accuracy: JSON has no NaN.*Nothing trained.*null"):  # fmt: skip
         folder.claim(IDENTITY, planned=PLANNED)

@@ -19,7 +19,7 @@ import pytest
 from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY
 from matplotlib.figure import Figure
 
-from vitbook.explorer import explore
+from vitbook.widgets.explorer import explore
 
 PAGE = (
     """<!DOCTYPE html><html><head><title>notebook</title></head><body>
@@ -59,7 +59,7 @@ def page():
     sync_api = pytest.importorskip("playwright.sync_api")
     chromium = shutil.which("chromium")
     if chromium is None:
-        pytest.fail("no `chromium` on the PATH: python3 tasks.py test installs it", pytrace=False)
+        pytest.fail("no `chromium` on the PATH: python3 tasks.py setup installs it", pytrace=False)
     with sync_api.sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(
             profile, executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, offline=True

@@ -1,10 +1,10 @@
-"""vitbook.tables: one table, three renditions, and clear errors."""
+"""vitbook.plotting.tables: one table, three renditions, and clear errors."""
 
 from __future__ import annotations
 
 import pytest
 
-from vitbook.tables import Table
+from vitbook.plotting.tables import Table
 
 
 def test_renditions_hold_every_cell_in_order():

@@ -252,7 +252,7 @@ def test_the_host_reads_the_device_every_sync_every_steps(monkeypatch, sync_ever
 
 
 def test_a_gpu_reads_at_the_epochs_end_and_a_cpu_after_every_step():
-    from vitbook.train import _sync_every
+    from vitbook.train.loop import _sync_every
 
     assert _sync_every(None, torch.device("cpu")) == 1
     steps_in_any_epoch = 10**12
@@ -503,7 +503,7 @@ def test_tuple_outputs_need_a_criterion_and_a_criterion_owns_its_loss():
 
 
 def test_repeated_augmentation_shows_fewer_images_more_often():
-    from vitbook.train import _order
+    from vitbook.train.loop import _order
 
     for n, r in ((30, 3), (31, 3), (10, 1), (7, 7)):
         order = _order(n, r, torch.Generator().manual_seed(2), torch.device("cpu"))

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from vitbook.checkpoints import load_model, read_metadata
-from vitbook.ladder import RESULTS_PATH
+from vitbook.pretrained.checkpoints import load_model, read_metadata
+from vitbook.studies.ladder import RESULTS_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_cifar10.py"
@@ -250,7 +250,7 @@ def test_a_stopped_worker_ends_the_others_with_a_message(tmp_path):
 def test_every_row_of_the_next_ladder_trains_on_the_standin(tmp_path):
     """The smoke run of the next ladder: each ViT row one epoch on the stand-in (ResNet-18, slow
     on a CPU, shares their augmentation and is built by the same code)."""
-    from vitbook.ladder import ROWS
+    from vitbook.studies.ladder import ROWS
 
     rows = [name for name, row in ROWS.items() if row["model"] == "vit"]
     result = script_run(["--standin", "--tiny", "--epochs", "1", "--seeds", "0", "--batch-size",
@@ -267,7 +267,7 @@ def test_every_row_of_the_next_ladder_trains_on_the_standin(tmp_path):
 
 def test_each_row_gets_its_augmentation_and_fit_arguments(monkeypatch):
     script = load_script()
-    from vitbook.ladder import ROWS
+    from vitbook.studies.ladder import ROWS
 
     made = []
     for name in ("rand_augment", "random_erasing", "random_crop_flip"):

@@ -1,4 +1,4 @@
-"""vitbook.train_step: the compiled step (one graph, eager's history, the stop still holds) and the
+"""vitbook.train.step: the compiled step (one graph, eager's history, the stop still holds) and the
 shares of a global batch under torchrun (two gloo processes on the CPU).
 
 Compiling on the CPU takes a while (inductor writes and builds C++), so one test compiles, on a
@@ -19,7 +19,7 @@ from torch import nn
 import vitbook
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.train import Recipe, fit
-from vitbook.train_step import TrainStep
+from vitbook.train.step import TrainStep
 
 
 def vit(seed=0, **overrides):
@@ -97,7 +97,7 @@ def test_the_benchmarked_models_make_one_step_graph(name):
     """The photo ViT behind its Normalize, and ResNet-18 (BatchNorm updating its statistics),
     as benchmarks/gpu.py compiles them, in bf16 with label smoothing."""
     from vitbook.baselines import CifarResNet18
-    from vitbook.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
+    from vitbook.data.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
 
     if name == "ResNet-18":
         model = CifarResNet18()

@@ -1,5 +1,5 @@
-"""vitbook.transfer: a new zero-initialised head, a frozen body, a higher resolution, and the
-checkpoint's own preprocessing, without a network."""
+"""vitbook.pretrained.transfer: a new zero-initialised head, a frozen body, a higher resolution, and
+the checkpoint's own preprocessing, without a network."""
 
 import math
 
@@ -10,8 +10,7 @@ from hubtools import VIT_PREPROCESSOR, add_snapshot, perturb_
 
 from vitbook import VisionTransformer, ViTConfig, resample_pos_embed, sincos_2d
 from vitbook.pretrained import PretrainedViT, load_digits_pretrained, load_pretrained
-from vitbook.train import fit
-from vitbook.transfer import (
+from vitbook.pretrained.transfer import (
     FINETUNE_RECIPE,
     Frozen,
     Preprocess,
@@ -20,6 +19,7 @@ from vitbook.transfer import (
     freeze_body,
     with_preprocessing,
 )
+from vitbook.train import fit
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -218,7 +218,7 @@ def test_fine_tuning_at_a_higher_resolution_with_resampled_positions():
     """The paper's Section 3.2 in miniature: digits upsampled inside the model from 8 to 12 px,
     the patch size kept, more tokens, the interpolated position embeddings trained with
     everything else, starting from the miniature's model pre-trained on the digits 0 to 4."""
-    from vitbook.transfer_digits import load_pretrained_digits, load_transfer_data
+    from vitbook.studies.transfer_digits import load_pretrained_digits, load_transfer_data
 
     model = load_pretrained_digits()  # 8 px, P = 2, learned positions
     bigger = change_resolution(model, 12)  # 4 x 4 -> 6 x 6 patches, 37 tokens

@@ -1,4 +1,4 @@
-"""vitbook.transfer_digits: the recorded miniature, its protocol, and a re-run slice."""
+"""vitbook.studies.transfer_digits: the recorded miniature, its protocol, and a re-run slice."""
 
 import importlib.util
 import json
@@ -10,9 +10,8 @@ import pytest
 import torch
 from machines import made_here
 
-from vitbook.checkpoints import read_metadata
-from vitbook.train import evaluate
-from vitbook.transfer_digits import (
+from vitbook.pretrained.checkpoints import read_metadata
+from vitbook.studies.transfer_digits import (
     HIGH_RES,
     HIGH_RES_SETTINGS,
     LONG_STEPS,
@@ -34,6 +33,7 @@ from vitbook.transfer_digits import (
     reproduce,
     summary,
 )
+from vitbook.train import evaluate
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "run_transfer.py"
 PROVENANCE_FIELDS = {

@@ -411,7 +411,7 @@ def test_distilled_needs_the_class_token_readout():
 
 
 def test_a_distilled_model_moves_to_a_new_resolution_keeping_both_prefix_rows():
-    from vitbook.transfer import change_resolution
+    from vitbook.pretrained.transfer import change_resolution
 
     torch.manual_seed(0)
     model = VisionTransformer(tiny(img_size=32, patch_size=8, distilled=True))

@@ -1,35 +1,25 @@
 """vitbook: a Vision Transformer built piece by piece, the package behind the book.
 
-Modules, in the order of the chapters: :mod:`vitbook.patches`, :mod:`vitbook.positional`,
-:mod:`vitbook.attention`, :mod:`vitbook.encoder`, :mod:`vitbook.config` and :mod:`vitbook.vit`,
-:mod:`vitbook.stem` (a convolutional stem), :mod:`vitbook.axial`.
-Helpers, imported on demand: :mod:`vitbook.data` (sample photos and digits, offline),
-:mod:`vitbook.train` (the training loop, mixed precision, torchrun) with :mod:`vitbook.optim`
-(AdamW, weight-decay rules, warm-up and cosine schedules), :mod:`vitbook.train_step` (one
-optimiser step, accumulation and the divergence guard) and :mod:`vitbook.evaluation`;
-:mod:`vitbook.augment` (per-image augmentation on the device) with :mod:`vitbook.image_ops`,
-:mod:`vitbook.randaugment` and :mod:`vitbook.mixing` (MixUp and CutMix);
-:mod:`vitbook.runtime` (where a chapter runs: GPU, Colab, data), :mod:`vitbook.cifar`
-(CIFAR-10 and its offline stand-in), :mod:`vitbook.ladder` (the photo chapter's recorded runs),
-:mod:`vitbook.records` (results files that never overwrite recorded runs),
-:mod:`vitbook.resume` (a training run's whole state, saved and continued bit for bit),
-:mod:`vitbook.session` (recording a plan of runs in GPU sessions of any length),
-:mod:`vitbook.recording` (what a possibly partial recording holds of its plan),
-:mod:`vitbook.comparison` (paired differences of two recorded settings over their seeds),
-:mod:`vitbook.numerics` (how far two computations of the same numbers may be apart),
-:mod:`vitbook.distill` and :mod:`vitbook.distill_digits` (DeiT's distillation and its measured
-miniature), :mod:`vitbook.analysis`,
-:mod:`vitbook.pretrained` (the shipped digits models and Hugging Face checkpoints),
-:mod:`vitbook.checkpoints` (saving and loading vitbook model files), :mod:`vitbook.baselines`
-(CNNs for the digits and for photos), :mod:`vitbook.experiments` (the measured
-experiments shipped with the package), :mod:`vitbook.transfer` and :mod:`vitbook.transfer_digits`
-(fine-tuning a pretrained ViT, and its measured miniature), :mod:`vitbook.tables` (result
-tables for the HTML book, notebooks and terminals), :mod:`vitbook.convert` and
-:mod:`vitbook.hf_config` (timm and Hugging Face state dicts and configurations),
-:mod:`vitbook.plotting` (matplotlib figures), :mod:`vitbook.widgets` and
-:mod:`vitbook.explorer` (interactive figures) and :mod:`vitbook.playground` (the digit
-playground).
-Importing vitbook has no side effects and imports no optional dependency.
+The ViT, in the order of the chapters, at the top; everything else in folders by role. Imports
+run downwards only: the model imports no folder, and each folder only those above it in this list.
+
+.. code-block:: text
+
+    vitbook/
+      patches.py positional.py attention.py encoder.py config.py vit.py   the ViT, by chapter
+      stem.py axial.py                  its variants: a convolutional stem, axial attention
+      baselines.py analysis.py          the CNNs it is measured against; read-outs of a model
+      _checks.py _files.py              input checks; the shipped assets and safe file writes
+      data/         offline photos and digits, CIFAR-10, augmentation on the device
+      train/        fit and its Recipe, the step, optimizers, evaluation, resuming, distillation
+      pretrained/   the shipped digits ViTs, Hugging Face and timm checkpoints, transfer tools
+      studies/      the book's measured experiments, their recording and their comparison
+      plotting/     matplotlib figures and result tables
+      widgets/      interactive figures and the digit playground (imported on demand)
+      assets/       the shipped models and recorded results
+
+``import vitbook`` gives the model's parts below; it has no side effects and imports no optional
+dependency.
 """
 
 from vitbook.attention import (

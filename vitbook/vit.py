@@ -18,7 +18,7 @@ CNN that taught it?*):
   (tokens: class, distillation, patches; ``pos_embed`` covers both), and a second head
   ``head_dist`` on its final state. In training the model returns both heads' logits as a tuple
   ``(class, distillation)``, for a loss that gives each its own target
-  (:class:`vitbook.distill.DistillationLoss`); in eval mode it returns their mean.
+  (:class:`vitbook.train.distill.DistillationLoss`); in eval mode it returns their mean.
 - ``stem="conv"`` replaces the patch embedding by a few strided 3 x 3 convolutions ending on the
   same grid of tokens (:class:`vitbook.stem.ConvPatchEmbedding`, after Xiao et al., 2021).
 

@@ -1,6 +1,6 @@
 """Figures of the stored experiments on the digits: the ViT against a CNN as the data grows.
 
-The numbers come from :func:`vitbook.experiments.load_results`; every function takes the
+The numbers come from :func:`vitbook.studies.experiments.load_results`; every function takes the
 results (or a table in the same form) and draws the mean over seeds with the spread around it.
 
 See chapter: Training and classification.
@@ -29,7 +29,8 @@ def plot_data_hunger(
     and every seed as a dot. The x axis is the number of training images (log scale).
 
     Args:
-        results: the stored results, as :func:`vitbook.experiments.load_results` returns them;
+        results: the stored results, as :func:`vitbook.studies.experiments.load_results` returns
+        them;
             only ``results["experiments"]["data_size"]["runs"]`` is read, whose labels are
             ``"<model> <percent>%"`` and whose runs have ``train_images`` and
             ``validation_accuracy``.
@@ -54,7 +55,7 @@ def plot_data_hunger(
     if "data_size" not in experiments:
         raise ValueError(
             f"no 'data_size' experiment in the results (found {sorted(experiments)}); "
-            "pass vitbook.experiments.load_results()."
+            "pass vitbook.studies.experiments.load_results()."
         )
     runs = experiments["data_size"]["runs"]
     fig = new_figure(6.8, 3.0)

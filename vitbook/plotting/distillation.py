@@ -1,7 +1,7 @@
 """Figures of the distillation miniature: accuracy per setting, and attention distance per head.
 
-The numbers come from :func:`vitbook.distill_digits.load_results`: ``results["runs"][label]`` is
-a list of runs, one per seed.
+The numbers come from :func:`vitbook.studies.distill_digits.load_results`:
+``results["runs"][label]`` is a list of runs, one per seed.
 
 See chapter: Can a ViT beat the CNN that taught it?
 """
@@ -25,7 +25,7 @@ def _runs(results: dict, labels: Sequence[str] | None) -> dict[str, list[dict]]:
     if missing:
         raise ValueError(
             f"no runs for {missing} in the results (found {sorted(runs)}); pass "
-            "vitbook.distill_digits.load_results() and labels it holds."
+            "vitbook.studies.distill_digits.load_results() and labels it holds."
         )
     return {label: runs[label] for label in labels}
 

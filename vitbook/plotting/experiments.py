@@ -1,6 +1,6 @@
 """Figures of the measured experiments on the digits (``vitbook/assets/experiments.json``).
 
-Each function takes the dict that :func:`vitbook.experiments.load_results` returns and draws
+Each function takes the dict that :func:`vitbook.studies.experiments.load_results` returns and draws
 the validation accuracy (the one that settings are compared by) of every seed as a small dot and
 the mean over the seeds with a bar of one standard deviation.
 
@@ -46,11 +46,11 @@ def plot_patch_size_experiment(results: Mapping[str, object]) -> Figure:
     training step of 64 digits for each patch size, in milliseconds.
 
     Args:
-        results: the dict of :func:`vitbook.experiments.load_results`, whose
+        results: the dict of :func:`vitbook.studies.experiments.load_results`, whose
             ``experiments["patch_size"]`` has ``runs`` and ``step_seconds`` per ``"P=p"``.
 
     Example:
-        >>> from vitbook.experiments import load_results
+        >>> from vitbook.studies.experiments import load_results
         >>> fig = plot_patch_size_experiment(load_results())
         >>> [ax.get_xlabel() for ax in fig.axes]
         ['patch size P (tokens N)', 'patch size P (tokens N)']
@@ -91,11 +91,11 @@ def plot_position_experiment(results: Mapping[str, object]) -> Figure:
     means, bars one standard deviation.
 
     Args:
-        results: the dict of :func:`vitbook.experiments.load_results`, whose
+        results: the dict of :func:`vitbook.studies.experiments.load_results`, whose
             ``experiments["positions"]["runs"]`` has labels ``"<position>, <readout>"``.
 
     Example:
-        >>> from vitbook.experiments import load_results
+        >>> from vitbook.studies.experiments import load_results
         >>> fig = plot_position_experiment(load_results())
         >>> fig.axes[0].get_xlabel()
         'validation accuracy on the digits'

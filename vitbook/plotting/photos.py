@@ -1,6 +1,6 @@
 """Figures of the photo chapter: photos by class, augmentations, the recipe ladder.
 
-Images are (C, H, W) or (B, C, H, W) floats in [0, 1], as :mod:`vitbook.cifar` returns them.
+Images are (C, H, W) or (B, C, H, W) floats in [0, 1], as :mod:`vitbook.data.cifar` returns them.
 
 See chapter: Real photos on a GPU.
 """
@@ -107,7 +107,7 @@ def plot_ladder(
 
     Args:
         table: row -> ``{"test_mean", "test_min", "test_max", "n"}`` (what
-            :func:`vitbook.ladder.summarize` returns).
+            :func:`vitbook.studies.ladder.summarize` returns).
         labels: row -> the label to print; default the row's name.
         anchors: label -> an accuracy from elsewhere, drawn as a dashed line.
 
@@ -122,7 +122,7 @@ def plot_ladder(
     See chapter: Real photos on a GPU.
     """
     if not table:
-        raise ValueError("table is empty; pass vitbook.ladder.summarize(results).")
+        raise ValueError("table is empty; pass vitbook.studies.ladder.summarize(results).")
     names = list(table)
     height = 0.55 * len(names) + 1.2
     fig = new_figure(COLUMN_WIDTH, height)

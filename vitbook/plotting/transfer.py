@@ -1,7 +1,7 @@
 """Figure of the transfer miniature: test accuracy against the labels per class of the new task.
 
-The numbers come from :func:`vitbook.transfer_digits.load_results`: for every setting and number
-of labels, one run per seed with the learning rate chosen on validation.
+The numbers come from :func:`vitbook.studies.transfer_digits.load_results`: for every setting and
+number of labels, one run per seed with the learning rate chosen on validation.
 
 See chapter: Fine-tuning a pretrained ViT.
 """
@@ -58,7 +58,7 @@ def plot_transfer(results: dict, *, title: str = "") -> Figure:
     axis is logarithmic; "all" sits at the mean number of examples per class it stands for.
 
     Args:
-        results: as :func:`vitbook.transfer_digits.load_results` returns them; only
+        results: as :func:`vitbook.studies.transfer_digits.load_results` returns them; only
             ``results["settings"]`` is read: setting -> shots -> ``{"runs": [...]}``, each run
             with ``test_accuracy`` and ``train_images``.
         title: a title over both panels (none by default).
@@ -81,7 +81,7 @@ def plot_transfer(results: dict, *, title: str = "") -> Figure:
     if not any(setting in settings for setting, *_ in _METHODS):
         raise ValueError(
             f"no scratch, linear probe or fine-tune runs in the results (found "
-            f"{sorted(settings)}); pass vitbook.transfer_digits.load_results()."
+            f"{sorted(settings)}); pass vitbook.studies.transfer_digits.load_results()."
         )
     reference = next(settings[s] for s, *_ in _METHODS if s in settings)
     classes = None

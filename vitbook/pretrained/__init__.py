@@ -1,0 +1,52 @@
+"""Trained weights: the digits ViTs shipped with the package, and real ViTs from the Hub.
+
+- :mod:`vitbook.pretrained.weights`: ``load_digits_vit``, ``load_pretrained`` and the rest
+  (``from vitbook.pretrained import ...``).
+- :mod:`vitbook.pretrained.checkpoints`: vitbook's own model files (weights and config in one
+  safetensors file), read and written by :mod:`vitbook.pretrained._weights` with checked errors.
+- :mod:`vitbook.pretrained.convert` and :mod:`vitbook.pretrained.hf_config`: timm's and Hugging
+  Face's state dicts and configurations.
+- :mod:`vitbook.pretrained.transfer`: fine-tuning tools (a linear probe, a new resolution).
+
+See chapter: A pretrained ViT.
+"""
+
+from vitbook.pretrained.weights import (
+    DEFAULT_CHECKPOINT,
+    DIGITS_VIT_CLS_PATH,
+    DIGITS_VIT_PATH,
+    ExistingFileError,
+    PretrainedUnavailableError,
+    PretrainedViT,
+    config_from_hf,
+    from_hf_state_dict,
+    from_timm_state_dict,
+    hf_class_names,
+    load_digits_pretrained,
+    load_digits_vit,
+    load_model,
+    load_pretrained,
+    read_metadata,
+    save_model,
+    to_hf_state_dict,
+)
+
+__all__ = [
+    "DEFAULT_CHECKPOINT",
+    "DIGITS_VIT_CLS_PATH",
+    "DIGITS_VIT_PATH",
+    "ExistingFileError",
+    "PretrainedUnavailableError",
+    "PretrainedViT",
+    "config_from_hf",
+    "from_hf_state_dict",
+    "from_timm_state_dict",
+    "hf_class_names",
+    "load_digits_pretrained",
+    "load_digits_vit",
+    "load_model",
+    "load_pretrained",
+    "read_metadata",
+    "save_model",
+    "to_hf_state_dict",
+]

@@ -1,0 +1,188 @@
+"""vitbook's own model files: a ``VisionTransformer``'s weights and config in one safetensors file.
+
+A safetensors file holds only tensors and a JSON header, so loading it runs no code (unlike
+unpickling a ``torch.save`` file). :func:`save_model` stores the ``ViTConfig`` fields as JSON under
+the header's metadata key ``"config"``, beside any string entries of the caller (the shipped
+digits model keeps its test accuracy under ``"test_accuracy"``); :func:`load_model` rebuilds the
+model, after checking the header against the tensors, so a file that claims a huge model fails
+before anything is built. safetensors is imported only when a file is read or written. These
+names are re-exported by :mod:`vitbook.pretrained`.
+
+See chapter: Training and classification.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+from vitbook import _checks
+from vitbook._files import ASSETS
+from vitbook.pretrained import _weights
+from vitbook.vit import VisionTransformer, ViTConfig, check_fields
+
+__all__ = [
+    "DIGITS_VIT_CLS_PATH",
+    "DIGITS_VIT_PATH",
+    "RESERVED_METADATA",
+    "ExistingFileError",
+    "load_model",
+    "read_metadata",
+    "save_model",
+]
+
+DIGITS_VIT_PATH = ASSETS / "digits_vit.safetensors"
+DIGITS_VIT_CLS_PATH = ASSETS / "digits_vit_cls.safetensors"
+RESERVED_METADATA = ("config",)
+
+
+class ExistingFileError(FileExistsError, ValueError):
+    """``save_model`` would replace a file that is not a vitbook model (pass ``overwrite=True``).
+
+    See chapter: Training and classification.
+    """
+
+
+def save_model(
+    model: VisionTransformer, path: str | Path, *, overwrite: bool = False, **metadata: str
+) -> None:
+    """Write a ``VisionTransformer``'s weights and config to a safetensors file, atomically.
+
+    The file is written beside ``path`` and then moved into place, so a reader never sees half a
+    file and a failed write leaves any old file as it was. An existing vitbook model file is
+    replaced; any other existing file only with ``overwrite=True``.
+
+    Args:
+        model: the model; its ``config`` is stored as JSON under the metadata key ``"config"``.
+        path: the file to write.
+        overwrite: replace ``path`` even if it is not a vitbook model file.
+        **metadata: further string entries for the header (for example a test accuracy); the
+            key ``"config"`` is reserved.
+
+    Raises:
+        TypeError: ``model`` is not a ``VisionTransformer``, a metadata value is not a str, or
+            ``path`` is not a path.
+        ValueError: a reserved metadata key, a model without values (on the meta device), or
+            ``path`` is a folder.
+        ExistingFileError: ``path`` exists and is not a vitbook model (a FileExistsError and a
+            ValueError); pass ``overwrite=True`` to replace it.
+
+    Example:
+        >>> import tempfile
+        >>> cfg = ViTConfig(img_size=8, patch_size=2, in_chans=1, num_classes=10,
+        ...                 embed_dim=16, depth=1, num_heads=2)
+        >>> path = Path(tempfile.mkdtemp()) / "tiny.safetensors"
+        >>> save_model(VisionTransformer(cfg), path, note="untrained")
+        >>> read_metadata(path)["note"]
+        'untrained'
+
+    See chapter: Training and classification.
+    """
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(
+            f"model must be a vitbook VisionTransformer, got {type(model).__name__}; "
+            "save other modules with safetensors.torch.save_file."
+        )
+    path = _weights.file_path("path", path)
+    _checks.boolean("overwrite", overwrite)
+    wrong = {k: type(v).__name__ for k, v in metadata.items() if not isinstance(v, str)}
+    if wrong:
+        raise TypeError(f"metadata values must be str, got {wrong}; convert them with str().")
+    reserved = sorted(set(metadata) & set(RESERVED_METADATA))
+    if reserved:
+        raise ValueError(
+            f"metadata keys {reserved} are reserved: save_model stores the model's config there; "
+            "choose other names, e.g. note=..."
+        )
+    state = model.state_dict()
+    if any(t.device.type == "meta" for t in state.values()):
+        raise ValueError(
+            "model is on the meta device (shapes without values); build it on the CPU or a GPU "
+            "and train or load its weights before saving."
+        )
+    if path.is_dir():
+        raise ValueError(
+            f"path {path} is a folder; pass a file name such as {path / 'model.safetensors'}."
+        )
+    if path.exists() and not overwrite and not _is_model_file(path):
+        raise ExistingFileError(
+            f"{path} exists and is not a vitbook model file; save_model does not replace it. "
+            "Pass overwrite=True to replace it anyway, or choose another path."
+        )
+    config = json.dumps(dataclasses.asdict(model.config), sort_keys=True)
+    tensors = {name: t.detach().cpu().contiguous() for name, t in state.items()}
+    _weights.write_atomically(tensors, path, {"config": config, **metadata})
+
+
+def _is_model_file(path: Path) -> bool:
+    try:
+        config = json.loads(_weights.read_header(path)[0]["config"])
+    except (ValueError, KeyError):  # not safetensors, no config, bad JSON
+        return False
+    return isinstance(config, dict)
+
+
+def read_metadata(path: str | Path = DIGITS_VIT_PATH) -> dict[str, str]:
+    """The string metadata in a safetensors file's header, without reading any tensor.
+
+    Raises:
+        TypeError: ``path`` is not a path.
+        FileNotFoundError: there is no such file.
+        ValueError: the file is a folder or not a readable safetensors file (named).
+
+    Example:
+        >>> json.loads(read_metadata()["config"])["patch_size"]
+        2
+
+    See chapter: Training and classification.
+    """
+    return _weights.read_header(_weights.file_path("path", path))[0]
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> VisionTransformer:
+    """Rebuild a ``VisionTransformer`` from a file written by :func:`save_model`, in eval mode.
+
+    The header is checked before anything is built: the stored config must be valid, and the
+    file's tensors must have exactly the names, shapes and parameter count that the config needs,
+    so a header that claims a huge model fails at once. Weights must be finite.
+
+    Raises:
+        TypeError: ``path`` is not a path, or ``device`` not a device.
+        FileNotFoundError: there is no such file.
+        ValueError: anything wrong with the file, naming it: not safetensors (foreign or
+            truncated), no or bad ``"config"`` entry, tensors that do not match the config
+            (missing, extra, misshapen), non-float or non-finite weights.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "digits.safetensors"
+        >>> save_model(load_model(DIGITS_VIT_PATH), path)
+        >>> load_model(path).config.grid_size
+        (4, 4)
+
+    See chapter: Training and classification.
+    """
+    path = _weights.file_path("path", path)
+    device = _checks.device("device", device)
+    metadata, header = _weights.read_header(path)
+    if "config" not in metadata:
+        raise ValueError(
+            f"{path} has no 'config' entry in its metadata; write it with vitbook's save_model."
+        )
+    try:
+        fields = json.loads(metadata["config"])
+        if not isinstance(fields, dict):
+            raise TypeError(f"the config is a JSON {type(fields).__name__}, not an object")
+        check_fields(fields)
+        config = ViTConfig(**fields)
+        _weights.check_shapes(config, {name: shape for name, (shape, _) in header.items()}, {})
+    except (json.JSONDecodeError, TypeError, ValueError) as err:
+        raise ValueError(f"{path} does not hold a vitbook model that can be loaded: {err}") from err
+    _weights.check_float(path, header)
+    tensors = _weights.load_tensors(path)
+    model = VisionTransformer(config)
+    model.load_state_dict(tensors, strict=True)  # names and shapes were checked above
+    return model.to(device).eval()

@@ -1,0 +1,430 @@
+"""A miniature of DeiT on the digits: can a small ViT beat the CNN that taught it?
+
+Every model trains on the same ``FRACTION`` of the training digits of
+:func:`vitbook.data.load_digits_split` (``validation=True``): a stratified, nested subset
+(:func:`vitbook.studies.experiments.training_subset`), the small-data regime of the chapter
+*Training and classification*, where a CNN of the same size is far ahead of the ViT. The settings
+(``SETTINGS``):
+
+- ``"CNN teacher"``: :class:`vitbook.baselines.DigitsCNN` with the data-size experiment's widths
+  (about as many parameters as the ViT), trained first; it is the convnet teacher.
+- ``"ViT, scratch"``: the student's architecture without a distillation token (``STUDENT``: a
+  class token, 2D sine-cosine positions), trained on the labels alone. It is also the ViT
+  teacher: a teacher of the same architecture as the student, trained on the same images.
+- ``"hard, CNN teacher"``, ``"soft, CNN teacher"``: the distilled student (``distilled=True``),
+  its class head on the labels and its distillation head on the CNN's hard decisions or on its
+  softened probabilities (:class:`vitbook.train.distill.DistillationLoss`, DeiT's ``alpha=0.5`` and
+  ``tau=1``).
+- ``"hard, ViT teacher"``: the same with the ViT teacher.
+- ``"hard, class token only"``: no distillation token; the one head gets both targets (the
+  usual distillation that DeiT compares its token with).
+- ``"conv stem"``: the scratch ViT with a convolutional stem (``stem="conv"``: Xiao et al.'s
+  log2(P) = 1 stride-2 3 x 3 convolution and a 1 x 1 projection at P = 2), trained on the labels.
+  The stem costs a few per cent more multiply-accumulates; no block is removed (Xiao et al.
+  remove one to pay for a stem that costs about a block, which this one does not).
+- ``"ViT, scratch, mixed"`` and ``"hard, CNN teacher, mixed"``: the scratch ViT and the
+  hard-distilled student with DeiT's MixUp and CutMix on top of the shifts (``MIX``, one draw
+  per batch; the label smoothing then goes into the mixed targets). On a mixed digit the
+  teacher's decision can differ from the mixed label, as it does in DeiT on ImageNet; the
+  teacher itself was trained without mixing.
+
+The controls (recorded later, by the same script, appended to the same file):
+
+- ``"ViT, mean-pooled"``: the book's own ViT, no class token and mean pooling over the patch
+  tokens (:data:`vitbook.studies.experiments.BASE_VIT`), on the same digits with the same recipe.
+- ``"token, no teacher"``: the distilled student's architecture with no teacher, both heads on
+  the labels (``DistillationLoss(None, "none")``): what the second token does by itself.
+- ``"soft, CNN teacher, batchmean"``: soft distillation with the usual per-image KL
+  (``kl_reduction="batchmean"``), ten times the weight of DeiT's per-class mean on 10 classes.
+
+Every run uses the recipe of :mod:`vitbook.studies.experiments` (``RECIPE``: 100 epochs of AdamW,
+peak learning rate 5e-3, weight decay 0.05, batches of 64, 5 epochs of warm-up then a cosine, label
+smoothing 0.1 on the true labels, one-pixel shifts), the same number of steps for every student;
+the teachers see the students' shifted images. A seed sets the initial weights and the order and
+shifts of the batches; the students of seed s learn from the teachers of seed s. What seed s
+shares across settings (``fit`` draws the order and the shifts from one generator seeded with
+s, and ``torch.manual_seed(s)`` comes before the model is built):
+
+- the order and the shifts of every batch, in every setting without mixing; the mixed settings
+  share the first epoch's order, and their mixing draws move everything after it;
+- the initial weights where two settings build the same architecture: the scratch ViT, its
+  class-token-only and mixed versions start identical, and so does every distilled student
+  with every other; a distilled student and the mean-pooled ViT share only the patch
+  embedding with the scratch ViT (the extra or missing token changes every draw after it),
+  and the convolutional stem shares nothing.
+
+Measured per run: the accuracy on the 270 validation digits (what settings are compared by),
+on the 450 test digits (read once per model, at the end), and for a distilled student each
+head's validation accuracy, how often the two heads agree, how often the student agrees with
+the CNN teacher, the cosine similarity of the class and distillation tokens (the learned
+vectors, and their final states); for every ViT the mean attention distance of every head of
+every layer on the validation digits (:func:`vitbook.analysis.mean_attention_distance` with
+``renormalize=True``, so that the one or two prefix tokens do not count as distance 0), its
+parameters and its multiply-accumulates per image. Every run trains on one CPU thread with
+deterministic algorithms, so a run repeated on the same machine and software gives the same
+numbers (:func:`reproduce`).
+
+``scripts/run_distillation.py`` runs it and writes ``vitbook/assets/distillation.json``, and
+the CNN teacher of seed 0 to ``vitbook/assets/digits_cnn_teacher.safetensors``
+(:func:`load_teacher`), which the chapter uses instead of training one while the reader waits.
+
+See chapter: Can a ViT beat the CNN that taught it?
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vitbook import _files
+from vitbook._files import ASSETS
+from vitbook.analysis import mean_attention_distance
+from vitbook.baselines import DigitsCNN
+from vitbook.data import load_digits_split
+from vitbook.data.augment import mixup_cutmix
+from vitbook.pretrained import _weights
+from vitbook.studies import records
+from vitbook.studies.experiments import CNN_CHANNELS, RECIPE, training_subset
+from vitbook.train import evaluate, fit, predict, random_shift
+from vitbook.train.distill import DistillationLoss, head_agreement
+from vitbook.vit import VisionTransformer, ViTConfig
+
+__all__ = [
+    "DISTILLATION",
+    "FRACTION",
+    "MIX",
+    "RESULTS_PATH",
+    "SETTINGS",
+    "STUDENT",
+    "TEACHERS",
+    "TEACHER_PATH",
+    "build",
+    "load_results",
+    "load_teacher",
+    "macs_per_image",
+    "reproduce",
+    "run_one",
+    "save_teacher",
+    "summary",
+    "train_setting",
+]
+
+RESULTS_PATH = ASSETS / "distillation.json"
+TEACHER_PATH = ASSETS / "digits_cnn_teacher.safetensors"
+
+FRACTION = 0.5  # of the 1,077 training digits: 536, where the CNN leads the ViT clearly
+STUDENT: dict[str, object] = {
+    "img_size": 8,
+    "patch_size": 2,
+    "in_chans": 1,
+    "num_classes": 10,
+    "embed_dim": 32,
+    "depth": 2,
+    "num_heads": 4,
+    "mlp_ratio": 2.0,
+    "pos_embed": "sincos2d",
+    "class_token": True,
+    "pool": "cls",
+    "attn_impl": "sdpa",
+}
+DISTILLATION: dict[str, float] = {"alpha": 0.5, "tau": 1.0}  # DeiT's defaults
+MIX: dict[str, float] = {"mixup_alpha": 0.8, "cutmix_alpha": 1.0}  # DeiT's, one draw a batch
+SETTINGS: dict[str, dict[str, object]] = {
+    "CNN teacher": {"model": "cnn"},
+    "ViT, scratch": {"model": "vit"},
+    "hard, CNN teacher": {"model": "vit", "distilled": True, "teacher": "cnn", "type": "hard"},
+    "soft, CNN teacher": {"model": "vit", "distilled": True, "teacher": "cnn", "type": "soft"},
+    "hard, ViT teacher": {"model": "vit", "distilled": True, "teacher": "vit", "type": "hard"},
+    "hard, class token only": {"model": "vit", "teacher": "cnn", "type": "hard"},
+    "conv stem": {"model": "vit", "stem": "conv"},
+    "ViT, scratch, mixed": {"model": "vit", "mix": True},
+    "hard, CNN teacher, mixed": {"model": "vit", "distilled": True, "teacher": "cnn",
+                                 "type": "hard", "mix": True},
+    # The controls, recorded after the settings above.
+    "ViT, mean-pooled": {"model": "vit", "class_token": False, "pool": "mean"},
+    "token, no teacher": {"model": "vit", "distilled": True, "type": "none"},
+    "soft, CNN teacher, batchmean": {"model": "vit", "distilled": True, "teacher": "cnn",
+                                     "type": "soft", "kl_reduction": "batchmean"},
+}
+TEACHERS = {"cnn": "CNN teacher", "vit": "ViT, scratch"}  # teacher -> the setting that trains it
+_MODEL_FIELDS = ("distilled", "stem", "class_token", "pool")
+
+
+def build(setting: dict[str, object]) -> nn.Module:
+    """The untrained model of a setting: the CNN, or ``STUDENT`` with the setting's changes.
+
+    Example:
+        >>> build(SETTINGS["hard, CNN teacher"]).config.num_prefix_tokens
+        2
+        >>> type(build(SETTINGS["CNN teacher"])).__name__
+        'DigitsCNN'
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    if setting["model"] == "cnn":
+        return DigitsCNN(channels=CNN_CHANNELS)
+    fields = {k: v for k, v in setting.items() if k in _MODEL_FIELDS}
+    return VisionTransformer(ViTConfig(**{**STUDENT, **fields}))
+
+
+def macs_per_image(model: nn.Module) -> int:
+    """Multiply-accumulates of one 8 x 8 digit through ``model`` (FlopCounterMode / 2).
+
+    Example:
+        >>> macs_per_image(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)))  # 64 x 10
+        640
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, 1, 8, 8))
+    model.train(was_training)
+    return counter.get_total_flops() // 2
+
+
+def _data() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    x_train, y_train, x_val, y_val, x_test, y_test = load_digits_split(validation=True)
+    keep = training_subset(y_train, FRACTION)
+    return {"train": (x_train[keep], y_train[keep]), "val": (x_val, y_val),
+            "test": (x_test, y_test)}  # fmt: skip
+
+
+def train_setting(
+    label: str, seed: int, teachers: dict[str, nn.Module] | None = None
+) -> tuple[nn.Module, float]:
+    """Train one setting's model with ``RECIPE`` and ``seed`` on one CPU thread.
+
+    Args:
+        label: a key of ``SETTINGS``.
+        seed: sets the initial weights and the batches' order and shifts.
+        teachers: the trained teachers of this seed by kind (``"cnn"``, ``"vit"``), for the
+            distilled settings; a missing one is trained here first.
+
+    Returns:
+        ``(model, seconds)``: the trained model (in eval mode) and its training time.
+
+    Example:
+        >>> model, seconds = train_setting("CNN teacher", seed=0)  # doctest: +SKIP
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    setting = SETTINGS[label]
+    teachers = {} if teachers is None else teachers
+    data = _data()
+    # Label smoothing once: in the mix's soft targets (as DeiT and timm do), or in the loss.
+    smoothing = float(RECIPE["label_smoothing"])
+    mix = mixup_cutmix(10, label_smoothing=smoothing, **MIX) if setting.get("mix") else None
+    smoothing = 0.0 if mix else smoothing
+    criterion = None
+    if "type" in setting:  # a distillation loss; "none" has no teacher
+        teacher = None
+        if "teacher" in setting:
+            kind = setting["teacher"]
+            if kind not in teachers:
+                teachers[kind] = train_setting(TEACHERS[kind], seed)[0]
+            teacher = teachers[kind]
+        criterion = DistillationLoss(
+            teacher, str(setting["type"]), label_smoothing=smoothing,
+            single_head=not setting.get("distilled", False),
+            kl_reduction=str(setting.get("kl_reduction", "mean")), **DISTILLATION,
+        )  # fmt: skip
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)  # one thread: the same float sums in the same order every run
+    torch.use_deterministic_algorithms(True)
+    try:
+        torch.manual_seed(seed)
+        model = build(setting)
+        recipe = {k: v for k, v in RECIPE.items() if k not in ("augment", "label_smoothing")}
+        loss = {"criterion": criterion} if criterion else {"label_smoothing": smoothing}
+        start = time.perf_counter()
+        fit(model, data["train"], seed=seed, augment=random_shift(1), mix=mix, progress=False,
+            **loss, **recipe)  # fmt: skip
+        seconds = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+    return model.eval(), seconds
+
+
+def _distances(model: VisionTransformer, images: torch.Tensor) -> list[list[float]]:
+    """Mean attention distance (pixels) of every head of every layer: [layer][head]."""
+    cfg = model.config
+    with torch.no_grad():
+        _, attentions = model.eval().forward_with_attention(images)
+    return [
+        [round(d, 4) for d in mean_attention_distance(
+            a, cfg.grid_size, cfg.patch_size, num_prefix_tokens=cfg.num_prefix_tokens,
+            renormalize=True).tolist()]
+        for a in attentions
+    ]  # fmt: skip
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.nn.functional.cosine_similarity(a, b, dim=-1).mean().item()
+
+
+def run_one(
+    label: str, seed: int, teachers: dict[str, nn.Module] | None = None
+) -> tuple[nn.Module, dict[str, object]]:
+    """Train one setting with one seed and measure it (see the module docstring).
+
+    Returns:
+        ``(model, run)``; ``run`` holds ``seed``, ``validation_accuracy``,
+        ``test_accuracy``, ``seconds``, ``parameters``, ``macs`` and, for a ViT,
+        ``attention_distance`` ([layer][head] pixels) and ``teacher_agreement`` (with the CNN
+        teacher, on the validation digits); a distilled student also has
+        ``class_head_accuracy``, ``distillation_head_accuracy``, ``head_agreement``,
+        ``token_cosine`` (the learned vectors) and ``final_token_cosine`` (their final states,
+        averaged over the validation digits).
+
+    Example:
+        >>> model, run = run_one("CNN teacher", seed=0)  # doctest: +SKIP
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    teachers = {} if teachers is None else teachers
+    model, seconds = train_setting(label, seed, teachers)
+    data = _data()
+    x_val, y_val = data["val"]
+    run: dict[str, object] = {
+        "seed": seed,
+        "validation_accuracy": round(evaluate(model, data["val"]), 6),
+        "seconds": round(seconds, 2),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "macs": macs_per_image(model),
+    }
+    if isinstance(model, VisionTransformer):
+        run["attention_distance"] = _distances(model, x_val)
+        if "cnn" not in teachers:
+            teachers["cnn"] = train_setting("CNN teacher", seed)[0]
+        teacher_says = predict(teachers["cnn"], x_val).argmax(dim=1)
+        run["teacher_agreement"] = round(
+            (predict(model, x_val).argmax(dim=1) == teacher_says).float().mean().item(), 6
+        )
+    if getattr(getattr(model, "config", None), "distilled", False):
+        heads = head_agreement(model, x_val)
+        run["class_head_accuracy"] = round((heads["class"] == y_val).float().mean().item(), 6)
+        run["distillation_head_accuracy"] = round(
+            (heads["distillation"] == y_val).float().mean().item(), 6
+        )
+        run["head_agreement"] = round(heads["agreement"], 6)
+        with torch.no_grad():
+            features = model.forward_features(x_val)  # (B, 2 + Gh*Gw, D)
+            run["token_cosine"] = round(_cosine(model.cls_token[0, 0], model.dist_token[0, 0]), 6)
+            run["final_token_cosine"] = round(_cosine(features[:, 0], features[:, 1]), 6)
+    run["test_accuracy"] = round(evaluate(model, data["test"]), 6)  # read once, at the end
+    return model, run
+
+
+def save_teacher(model: DigitsCNN, path: str | Path, **metadata: str) -> None:
+    """Write a trained CNN teacher as safetensors, atomically, with string ``metadata``.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "teacher.safetensors"
+        >>> save_teacher(build(SETTINGS["CNN teacher"]), path, seed="0")
+        >>> load_teacher(path).head.weight.shape
+        torch.Size([10, 48])
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    if not isinstance(model, DigitsCNN):
+        raise TypeError(f"model must be a DigitsCNN, got {type(model).__name__}.")
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    info = {"channels": json.dumps(list(CNN_CHANNELS)), **metadata}
+    _files.write_with(Path(path), lambda temporary: save_file(tensors, str(temporary), info))
+
+
+def load_teacher(path: str | Path = TEACHER_PATH) -> DigitsCNN:
+    """The recorded miniature's CNN teacher of seed 0 (or another saved one), in eval mode.
+
+    Example:
+        >>> teacher = load_teacher()  # doctest: +SKIP
+        >>> teacher.training  # doctest: +SKIP
+        False
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    path = _weights.file_path("path", path)
+    metadata, _ = _weights.read_header(path)
+    channels = json.loads(metadata.get("channels", "null") or "null")
+    if channels != list(CNN_CHANNELS):
+        raise ValueError(
+            f"{path} holds a CNN with channels {channels}, not the miniature's "
+            f"{list(CNN_CHANNELS)}; write it with scripts/run_distillation.py."
+        )
+    model = DigitsCNN(channels=CNN_CHANNELS)
+    model.load_state_dict(_weights.load_tensors(path))
+    return model.eval()
+
+
+def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
+    """The recorded miniature: ``provenance``, the constants, and ``runs[label]`` (one per seed).
+
+    Example:
+        >>> results = load_results()  # doctest: +SKIP
+        >>> sorted(results["runs"]) == sorted(SETTINGS)  # doctest: +SKIP
+        True
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    remedy = "record it with python scripts/run_distillation.py --write-assets."
+    results = _files.read_json(path, remedy=remedy)
+    if not isinstance(results.get("runs"), dict):
+        raise _files.ResultsFileError(
+            f"{path} holds no 'runs' of settings; it is not a file of this miniature. {remedy}"
+        )
+    return results
+
+
+def summary(
+    results: dict[str, object], metric: str = "validation_accuracy"
+) -> dict[str, dict[str, float]]:
+    """Mean, sample standard deviation, minimum and maximum over seeds, per setting.
+
+    Example:
+        >>> table = summary({"runs": {"a": [{"x": 0.5}, {"x": 0.7}]}}, "x")
+        >>> round(table["a"]["mean"], 3), round(table["a"]["std"], 3), table["a"]["n"]
+        (0.6, 0.141, 2)
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    table = {}
+    for label, runs in results["runs"].items():
+        values = [float(run[metric]) for run in runs if metric in run]
+        if not values:
+            continue
+        table[label] = records.spread(values)
+    return table
+
+
+def reproduce(
+    results: dict[str, object], label: str, seed: int
+) -> tuple[dict[str, object], dict[str, object]]:
+    """Re-run one stored run (teachers included): ``(stored, rerun)``, to compare.
+
+    Raises:
+        ValueError: the file has no run for that setting and seed.
+
+    Example:
+        >>> stored, rerun = reproduce(load_results(), "CNN teacher", 0)  # doctest: +SKIP
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    stored = [run for run in results["runs"].get(label, []) if run["seed"] == seed]
+    if not stored:
+        raise ValueError(
+            f"no stored run for setting={label!r}, seed={seed}; the file has "
+            f"{sorted(results['runs'])}."
+        )
+    return stored[0], run_one(label, seed)[1]

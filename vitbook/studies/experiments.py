@@ -1,0 +1,387 @@
+"""Measured experiments on the digits: positions, patch size, data hunger and augmentation.
+
+``scripts/run_experiments.py`` trains many small models, each with several seeds, and writes
+``vitbook/assets/experiments.json``; this module holds what the script and the chapters share: the
+recipe, the settings of each experiment, one training run (:func:`run_one`), and the loader
+(:func:`load_results`) and spread (:func:`summary`) of the stored results.
+
+The four experiments (``EXPERIMENTS``):
+
+- ``"positions"``: a miniature of the ViT paper's Table 8 and Appendix D.3, no / learned 1D /
+  2D sine-cosine / relative-bias positions, times a class-token readout or mean pooling.
+- ``"patch_size"``: P = 1, 2, 4 on the 8 x 8 digits (64, 16 and 4 tokens).
+- ``"data_size"``: the ViT against a CNN of about the same size, trained on 10 % .. 100 % of the
+  training part.
+- ``"augmentation"``: the same recipe with and without its one-pixel shifts, for the ViT and the
+  CNN, to separate what the shifts do from everything else.
+
+Every run uses the same recipe (``RECIPE``): 100 epochs of AdamW (peak learning rate 5e-3,
+weight decay 0.05) in batches of 64, 5 epochs of linear warm-up then a cosine decay, label
+smoothing 0.1, and every training image moved at random by up to one pixel in each direction
+(``random_shift(1)``) in every epoch, except where the augmentation experiment turns the shifts
+off. The shifts matter for what the results say: they show the models moved digits, which a CNN
+handles by construction and a ViT has to learn, and they blur where a digit sits, which is what
+position embeddings encode. The model is the base ViT ``BASE_VIT`` (D = 32, 2 blocks, 4 heads,
+P = 2, 2D sine-cosine positions, mean pooling) with the experiment's changes, or the CNN.
+
+The data are :func:`vitbook.data.load_digits_split` with ``validation=True``: every run trains
+on the 1,077 training images (or a part of them) and records its accuracy on the 270 validation
+images, which is what the chapters compare and rank settings by, on the validation images moved
+one pixel to the right (zeros entering on the left), and on the 450 test images, which no choice
+reads: a chapter quotes a test accuracy only for the setting it chose on validation, as the
+held-out number. Each run trains on one CPU thread with deterministic algorithms, so a run
+repeated on the same machine and software gives the same numbers.
+
+What they can and cannot show: every run has the same 100 epochs, so a smaller training set also
+means fewer steps (the 10 % runs take 200 steps, the whole training part 1,700), as it would for
+anyone with less data and the same schedule; the recipe was chosen once, for the base ViT, and not
+tuned per setting (a relative bias, for instance, might want a longer schedule); the CNN is
+matched in parameters, not in compute; 270 validation images resolve differences of about one
+percentage point at best; and 1,077 digits of 8 x 8 pixels are four orders of magnitude below the
+data sets where the ViT paper sees the ranking change. Seconds per run are wall-clock on a shared
+machine; ``step_seconds`` (patch-size experiment) is the fastest of 30 steps, which depends much
+less on the load.
+
+See chapters: Training and classification; Positional encodings; Images as sequences of patches.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitbook import _files
+from vitbook._files import ASSETS
+from vitbook.baselines import DigitsCNN
+from vitbook.data import load_digits_split
+from vitbook.studies import records
+from vitbook.train import evaluate, fit, random_shift
+from vitbook.vit import VisionTransformer, ViTConfig
+
+__all__ = [
+    "AUGMENTS",
+    "BASE_VIT",
+    "CNN_CHANNELS",
+    "EXPERIMENTS",
+    "RECIPE",
+    "RESULTS_PATH",
+    "build_model",
+    "load_results",
+    "reproduce",
+    "run_one",
+    "summary",
+    "time_training_step",
+    "training_subset",
+]
+
+RESULTS_PATH = ASSETS / "experiments.json"
+
+BASE_VIT: dict[str, object] = {
+    "img_size": 8,
+    "patch_size": 2,
+    "in_chans": 1,
+    "num_classes": 10,
+    "embed_dim": 32,
+    "depth": 2,
+    "num_heads": 4,
+    "mlp_ratio": 2.0,
+    "class_token": False,
+    "pos_embed": "sincos2d",
+    "pool": "mean",
+    "attn_impl": "sdpa",
+}
+CNN_CHANNELS = (16, 32, 48)  # 19,162 parameters, against the base ViT's 17,642
+RECIPE: dict[str, object] = {
+    "epochs": 100,
+    "lr": 5e-3,
+    "weight_decay": 0.05,
+    "batch_size": 64,
+    "warmup_epochs": 5,
+    "label_smoothing": 0.1,
+    "augment": "random_shift(1)",
+}
+# What the recipe's "augment" names: the one-pixel shifts, or nothing (augmentation experiment).
+AUGMENTS = {"random_shift(1)": random_shift(1), "none": None}
+
+_READOUTS = {"token": {"class_token": True, "pool": "cls"}, "mean": {"class_token": False}}
+_POSITIONS = ("none", "learned", "sincos2d", "relative")
+EXPERIMENTS: dict[str, dict[str, object]] = {
+    "positions": {
+        "description": "position embeddings times readout (ViT paper, Table 8, Appendix D.3)",
+        "settings": {
+            f"{pos}, {readout}": {"pos_embed": pos, **_READOUTS[readout]}
+            for pos in _POSITIONS
+            for readout in _READOUTS
+        },
+    },
+    "patch_size": {
+        "description": "patch size P on 8 x 8 digits: tokens against accuracy against time",
+        "settings": {f"P={p}": {"patch_size": p} for p in (1, 2, 4)},
+    },
+    "data_size": {
+        "description": "ViT against a CNN of similar size as the training set grows",
+        "settings": {
+            f"{model} {round(100 * fraction)}%": {"model": model.lower(), "fraction": fraction}
+            for model in ("ViT", "CNN")
+            for fraction in (0.1, 0.25, 0.5, 1.0)
+        },
+    },
+    "augmentation": {
+        "description": "the recipe with and without its one-pixel shifts, ViT and CNN",
+        "settings": {
+            f"{model}, {'shifts' if shifts else 'no shifts'}": {
+                "model": model.lower(),
+                **({} if shifts else {"augment": "none"}),
+            }
+            for model in ("ViT", "CNN")
+            for shifts in (True, False)
+        },
+    },
+}
+_NOT_MODEL_FIELDS = ("model", "fraction", "augment")
+
+
+def training_subset(labels: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Indices of a fixed, stratified, nested part of a training set: (about fraction * B,).
+
+    Each class keeps ``round(fraction * its count)`` images (at least one), the first ones of a
+    permutation drawn once with seed 0, so the 10 % set lies inside the 25 % set and so on, and
+    every seed of an experiment trains on the same images.
+
+    Example:
+        >>> labels = torch.arange(10).repeat(10)  # (100,) ten images per class
+        >>> small, large = training_subset(labels, 0.2), training_subset(labels, 0.5)
+        >>> len(small), len(large), set(small.tolist()) <= set(large.tolist())
+        (20, 50, True)
+
+    See chapter: Training and classification.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction={fraction!r} must be in (0, 1]; use 1.0 for the whole part.")
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
+    keep = []
+    for label in labels.unique().tolist():
+        members = order[labels[order] == label]  # this class, in the fixed random order
+        keep.append(members[: max(1, round(fraction * len(members)))])
+    return torch.cat(keep).sort().values
+
+
+def build_model(setting: dict[str, object]) -> nn.Module:
+    """The model of one setting: ``BASE_VIT`` with the setting's fields, or the CNN.
+
+    Example:
+        >>> build_model({"pos_embed": "relative"}).config.pos_embed
+        'relative'
+        >>> type(build_model({"model": "cnn", "fraction": 0.1})).__name__
+        'DigitsCNN'
+
+    See chapter: Training and classification.
+    """
+    fields = {k: v for k, v in setting.items() if k not in _NOT_MODEL_FIELDS}
+    if setting.get("model", "vit") == "cnn":
+        return DigitsCNN(channels=CNN_CHANNELS)
+    return VisionTransformer(ViTConfig(**{**BASE_VIT, **fields}))
+
+
+def _moved_right(images: torch.Tensor) -> torch.Tensor:
+    """Images (B, C, H, W) moved one pixel to the right, zeros entering on the left."""
+    return F.pad(images, (1, 0))[..., : images.shape[-1]]
+
+
+def run_one(setting: dict[str, object], seed: int) -> dict[str, object]:
+    """Train the setting's model with ``RECIPE`` and ``seed`` on one CPU thread; measure it.
+
+    It trains on the training part of ``load_digits_split(validation=True)`` (or the setting's
+    ``fraction`` of it, :func:`training_subset`) and measures the accuracy on the validation
+    part, on the validation part moved one pixel to the right, and on the test part. The seed
+    sets the initial weights (``torch.manual_seed`` before the model is built) and the order and
+    augmentation of the training images (``fit(seed=...)``). Threads and the
+    deterministic-algorithms flag are restored afterwards.
+
+    Returns:
+        ``{"seed", "validation_accuracy", "moved_validation_accuracy", "test_accuracy",
+        "train_loss", "seconds", "seconds_per_epoch", "parameters", "tokens",
+        "train_images"}``; ``train_loss`` is the last epoch's mean (label-smoothed) loss,
+        ``tokens`` the sequence length N (0 for the CNN).
+
+    Example:
+        >>> run = run_one(EXPERIMENTS["data_size"]["settings"]["CNN 10%"], seed=0)  # a second
+        >>> run["train_images"], run["parameters"], 0.0 <= run["validation_accuracy"] <= 1.0
+        (109, 19162, True)
+
+    See chapter: Training and classification.
+    """
+    x_train, y_train, x_val, y_val, x_test, y_test = load_digits_split(validation=True)
+    fraction = float(setting.get("fraction", 1.0))
+    if fraction < 1.0:
+        keep = training_subset(y_train, fraction)
+        x_train, y_train = x_train[keep], y_train[keep]
+    augment = AUGMENTS[str(setting.get("augment", RECIPE["augment"]))]
+    recipe = {k: v for k, v in RECIPE.items() if k != "augment"}
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)  # one thread: the same float sums in the same order every run
+    torch.use_deterministic_algorithms(True)
+    try:
+        torch.manual_seed(seed)
+        model = build_model(setting)
+        start = time.perf_counter()
+        history = fit(
+            model,
+            (x_train, y_train),
+            seed=seed,
+            augment=augment,
+            progress=False,
+            **recipe,
+        )
+        seconds = time.perf_counter() - start
+        validation = evaluate(model, (x_val, y_val))
+        moved = evaluate(model, (_moved_right(x_val), y_val))
+        test = evaluate(model, (x_test, y_test))
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+    return {
+        "seed": seed,
+        "validation_accuracy": round(validation, 6),
+        "moved_validation_accuracy": round(moved, 6),
+        "test_accuracy": round(test, 6),
+        "train_loss": round(history.train_loss[-1], 6),
+        "seconds": round(seconds, 2),
+        "seconds_per_epoch": round(seconds / history.epochs, 4),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "tokens": model.config.num_tokens if isinstance(model, VisionTransformer) else 0,
+        "train_images": len(x_train),
+    }
+
+
+def time_training_step(setting: dict[str, object], *, repeats: int = 30) -> float:
+    """Seconds of one training step (forward, backward, AdamW) on 64 digits, one CPU thread.
+
+    The minimum over ``repeats`` steps, after 3 untimed ones: other processes on a shared
+    machine only ever add time, so the minimum is the measure least disturbed by them. An
+    epoch over the whole training part is 17 such steps (plus the augmentation).
+
+    Example:
+        >>> time_training_step({"patch_size": 4}, repeats=2) > 0
+        True
+
+    See chapter: Images as sequences of patches.
+    """
+    images, labels = load_digits_split(validation=True)[:2]  # the training part
+    images, labels = images[: RECIPE["batch_size"]], labels[: RECIPE["batch_size"]]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        model = build_model(setting).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=float(RECIPE["lr"]))
+        times = []
+        for step in range(3 + repeats):
+            start = time.perf_counter()
+            loss = nn.functional.cross_entropy(model(images), labels)  # (B, K) logits
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if step >= 3:
+                times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return min(times)
+
+
+def _cpu_model_name() -> str:
+    """The CPU's model name (Linux), for the provenance of timings and of exact re-runs."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_capability() -> str:
+    """The vector instructions torch's CPU kernels use here (``"AVX2"``, ``"AVX512"``, ...).
+
+    Two CPUs with one model name ("AMD EPYC") can differ in it, and kernels of different widths
+    round float sums differently: an exact re-run needs the same capability, not only the name.
+    """
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
+    """The stored results as plain dicts: ``provenance``, ``recipe``, ``base_vit``, ``experiments``.
+
+    ``experiments[name]`` has ``description``, ``settings`` (label -> changed fields) and
+    ``runs`` (label -> a list of :func:`run_one` dicts, one per seed).
+
+    Example:
+        >>> results = load_results()
+        >>> sorted(results["experiments"])
+        ['augmentation', 'data_size', 'patch_size', 'positions']
+        >>> len(results["experiments"]["patch_size"]["runs"]["P=1"]) >= 3
+        True
+
+    See chapter: Training and classification.
+    """
+    return _files.read_json(path, remedy="write it with python scripts/run_experiments.py.")
+
+
+def summary(
+    results: dict[str, object], experiment: str, metric: str = "validation_accuracy"
+) -> dict[str, dict[str, float]]:
+    """Spread over seeds of one metric, per setting: ``{label: {n, mean, std, min, max}}``.
+
+    ``std`` is the sample standard deviation (divisor n - 1). The default metric is the
+    validation accuracy, the one to compare settings by; ``metric="test_accuracy"`` gives the
+    held-out number, to quote for a setting once it is chosen.
+
+    Example:
+        >>> table = summary(load_results(), "positions")
+        >>> row = table["sincos2d, mean"]
+        >>> row["min"] <= row["mean"] <= row["max"] and row["n"] >= 3
+        True
+
+    See chapter: Training and classification.
+    """
+    experiments = results["experiments"]
+    if experiment not in experiments:
+        raise ValueError(f"unknown experiment {experiment!r}; choose one of {sorted(experiments)}.")
+    table = {}
+    for label, runs in experiments[experiment]["runs"].items():
+        values = [float(run[metric]) for run in runs]
+        table[label] = records.spread(values)
+    return table
+
+
+def reproduce(
+    results: dict[str, object], experiment: str, label: str, seed: int
+) -> tuple[dict[str, object], dict[str, object]]:
+    """Re-run one stored run: ``(stored, rerun)``, to compare their numbers.
+
+    On the machine and software versions that wrote the file (its ``provenance``), the re-run's
+    accuracies and ``train_loss`` are equal to the stored ones; ``seconds`` never are.
+
+    Raises:
+        ValueError: the file has no run for that experiment, setting and seed.
+
+    Example:
+        >>> stored, rerun = reproduce(load_results(), "data_size", "CNN 10%", seed=0)
+        >>> stored["train_images"] == rerun["train_images"]
+        True
+
+    See chapter: Training and classification.
+    """
+    runs = results["experiments"].get(experiment, {}).get("runs", {}).get(label, [])
+    stored = [run for run in runs if run["seed"] == seed]
+    if not stored:
+        raise ValueError(
+            f"no stored run for experiment={experiment!r}, setting={label!r}, seed={seed}; "
+            "see load_results()['experiments'] for what there is."
+        )
+    return stored[0], run_one(EXPERIMENTS[experiment]["settings"][label], seed)

@@ -1,0 +1,585 @@
+"""The photo chapter's recipe ladder: its rows, its recorded runs and their summary, a read-out.
+
+``scripts/train_cifar10.py`` trains each row with several seeds and writes the runs with their
+provenance; the shipped recording is ``vitbook/assets/cifar10_results.json``
+(:data:`RESULTS_PATH`), read with :func:`load_results` and :func:`summarize`. Two ladders are
+defined here:
+
+- :data:`RECORDED_ROWS`, the ladder recorded on an H100 (the shipped file). Its rows change more
+  than one thing at a time (``vit-regularised-100`` adds stochastic depth *and* 70 epochs), so
+  its steps cannot be attributed to one change.
+- :data:`ROWS`, the ladder for the next recording: every row changes exactly one field of the row
+  above (:func:`changes`), training length is a row of its own, and the CNN row takes the last
+  ViT row's budget and augmentation. :data:`PLAN` gives its seeds and :func:`projected_minutes`
+  its cost from the per-epoch time measured alone on an H100 (:data:`H100_SECONDS_PER_EPOCH`).
+- :data:`DEIT_ROWS`, the rows of "Can a ViT beat the CNN that taught it?" on photos: one change
+  each from ``vit-200``.
+
+The next recording takes its runs in the order of :func:`recording_order` (the data-efficient
+chapter's answer first), :func:`plan_cost` prices it from the compiled loop's measured epoch, and
+:func:`recording_progress` says what a possibly partial results file holds of it: which rows and
+seeds are recorded, which are missing, which rows are partial.
+
+:func:`readout` is what the chapter shows of a trained photo ViT: attention rollout from the class
+token and the mean attention distance of every head.
+
+See chapter: Real photos on a GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vitbook import _files
+from vitbook._files import ASSETS
+from vitbook.analysis import attention_rollout, cls_rollout_map, mean_attention_distance
+from vitbook.studies import records
+from vitbook.studies.recording import Progress, progress_of
+
+__all__ = [
+    "DEIT_ROWS",
+    "FIRST_ROWS",
+    "H100_SECONDS_PER_EPOCH",
+    "NEXT_RESULTS_PATH",
+    "PLAN",
+    "Progress",
+    "RECORDED_ROWS",
+    "RESULTS_PATH",
+    "ROWS",
+    "changes",
+    "describe",
+    "describe_change",
+    "group_provenance",
+    "load_results",
+    "load_progress",
+    "macs",
+    "plan_cost",
+    "planned_recipe",
+    "projected_minutes",
+    "readout",
+    "recipes",
+    "recording_order",
+    "recording_progress",
+    "summarize",
+]
+
+RESULTS_PATH = ASSETS / "cifar10_results.json"
+# Where the next recording (ROWS and DEIT_ROWS) ships once a GPU has recorded some of it.
+NEXT_RESULTS_PATH = ASSETS / "cifar10_next_results.json"
+
+# AdamW with DeiT's regularisers, scaled to CIFAR-10: what every recorded row shares.
+BASE = {"lr": 1e-3, "weight_decay": 0.05, "batch_size": 256, "warmup_epochs": 3,
+        "label_smoothing": 0.1}  # fmt: skip
+# The shipped recording (scripts/train_cifar10.py at f5734a8), rows as that script wrote them.
+# "randaugment" there is torchvision's scale: 2 ops at bin 9 of 31 (rotation up to 9 degrees).
+RECORDED_ROWS: dict[str, dict[str, object]] = {
+    "vit-crop-flip": {"model": "vit", "epochs": 30, "augment": "crop-flip"},
+    "vit-randaugment": {"model": "vit", "epochs": 30, "augment": "crop-flip+randaugment"},
+    "vit-regularised-100": {"model": "vit", "epochs": 100, "augment": "crop-flip+randaugment",
+                            "drop_path_rate": 0.1},
+    "vit-mix-200": {"model": "vit", "epochs": 200, "augment": "crop-flip+randaugment",
+                    "drop_path_rate": 0.1, "mix": True},
+    "resnet18": {"model": "resnet18", "epochs": 30, "augment": "crop-flip"},
+}  # fmt: skip
+
+# The next ladder. Row 0 is the recorded vit-crop-flip trained 50 epochs; each later row changes
+# one field of the row above. RandAugment is at DeiT's strength, m9 with magnitude noise 0.5 on
+# timm's 0-10 scale (rotation up to 27 degrees), where the recorded rows used bin 9 of
+# torchvision's 31. Weight decay "timm" leaves norms, biases, position embeddings and the class
+# token undecayed. Repeated augmentation shows each photo 3 times an epoch, differently augmented.
+_START = {
+    "model": "vit", "epochs": 50, **BASE, "weight_decay_rule": "all", "augment": "crop-flip",
+    "rand_augment": None, "mix": False, "random_erasing": 0.0, "repeated_augmentation": 1,
+    "drop_path_rate": 0.0,
+}  # fmt: skip
+_STEPS = [  # (row, the one change from the row above)
+    ("vit-50", {}),
+    ("vit-50-timm-decay", {"weight_decay_rule": "timm"}),
+    ("vit-50-randaugment-m9", {"rand_augment": {"num_ops": 2, "magnitude": 9, "scale": "timm",
+                                                "magnitude_std": 0.5}}),  # fmt: skip
+    ("vit-50-mix", {"mix": True}),
+    ("vit-50-erasing", {"random_erasing": 0.25}),
+    ("vit-50-drop-path", {"drop_path_rate": 0.1}),
+    ("vit-50-repeated", {"repeated_augmentation": 3}),
+    ("vit-200", {"epochs": 200}),
+    ("resnet18-200", {"model": "resnet18", "drop_path_rate": 0.0}),  # no drop path in it
+]
+
+
+def _ladder() -> dict[str, dict[str, object]]:
+    rows, above = {}, _START
+    for name, change in _STEPS:
+        rows[name] = above = {**above, **change}
+    return rows
+
+
+ROWS: dict[str, dict[str, object]] = _ladder()
+# Seeds per row: two resolve a step of about a point (the recorded 30-epoch rows varied by
+# 0.3 points from seed to seed); three for the row the ladder is aiming at.
+PLAN: dict[str, tuple[int, ...]] = {name: (0, 1) for name in ROWS}
+PLAN["vit-200"] = (0, 1, 2)
+PLAN["resnet18-200"] = (0, 1, 2)  # seed s teaches vit-200-deit-hard's seed s
+BEST_ROW = "vit-200"  # the row whose seed 0 the chapter looks inside
+
+# The rows of "Can a ViT beat the CNN that taught it?": one change each from vit-200. The
+# distilled row learns from resnet18-200 of its own seed (the same augmentation and budget).
+DEIT_ROWS: dict[str, dict[str, object]] = {
+    "vit-200-deit-hard": {**ROWS["vit-200"], "distilled": True, "teacher": "resnet18-200",
+                          "distillation": "hard"},
+    "vit-200-conv-stem": {**ROWS["vit-200"], "stem": "conv", "blocks_removed": 1},
+}  # fmt: skip
+DEIT_PLAN: dict[str, tuple[int, ...]] = {name: (0, 1, 2) for name in DEIT_ROWS}
+# Recorded first: the data-efficient chapter's answer on photos (seed 0 of each).
+FIRST_ROWS = ("resnet18-200", "vit-200", "vit-200-deit-hard", "vit-200-conv-stem")
+
+# Measured alone on an NVIDIA H100 80GB HBM3, bf16, 45,000 training photos, at f5734a8: one epoch
+# of `fit` with crop and flip and no validation (benchmarks/gpu.py), and the recorded vit-mix-200
+# seed 0 over its last ~100 epochs (RandAugment, MixUp/CutMix, stochastic depth, validation).
+# Projections use the slower, so they bound the lighter rows; ResNet-18 was never timed alone.
+# The compiled figure: fit(compile=True) on an NVIDIA H100 80GB, torch 2.11.0+cu130, at 38c1719,
+# batch 256, bf16, 45,000 random photos, crop and flip, no validation, the median of 5 rounds
+# interleaved with the other loops of benchmarks/gpu.py (issue 35; the first call compiled 51 s).
+H100_SECONDS_PER_EPOCH = {"fit, crop and flip": 2.15, "plain loop": 2.00,
+                          "vit-mix-200, all of it": (3.1, 3.6),
+                          "fit(compile=True), crop and flip": 1.455}  # fmt: skip
+
+
+def changes(
+    row: str, above: str, rows: dict[str, dict[str, object]] | None = None
+) -> dict[str, tuple[object, object]]:
+    """What ``row`` changes from ``above``: ``{field: (before, after)}``, ``None`` for absent.
+
+    Args:
+        row, above: two rows of ``rows``.
+        rows: row -> its epochs and recipe; :data:`ROWS` by default, or :func:`recipes` of a
+            results file.
+
+    Example:
+        >>> changes("vit-200", "vit-50-repeated")
+        {'epochs': (50, 200)}
+
+    See chapter: Real photos on a GPU.
+    """
+    rows = ROWS if rows is None else rows
+    for name in (row, above):
+        if name not in rows:
+            raise ValueError(f"{name!r} is not a row of the ladder; choose from {list(rows)}.")
+    before, after = rows[above], rows[row]
+    fields = dict.fromkeys([*before, *after])
+    return {k: (before.get(k), after.get(k)) for k in fields if before.get(k) != after.get(k)}
+
+
+def recipes(results: dict) -> dict[str, dict[str, object]]:
+    """Each recorded row's epochs and recipe, as the file records them: ``{row: {...}}``.
+
+    Example:
+        >>> recipes(load_results())["vit-regularised-100"]["drop_path_rate"]
+        0.1
+
+    See chapter: Real photos on a GPU.
+    """
+    found: dict[str, dict[str, object]] = {}
+    for run in results["runs"]:
+        found.setdefault(run["row"], {"epochs": run["epochs"], **run["recipe"]})
+    return found
+
+
+_FIELDS = {"mix": "MixUp/CutMix", "drop_path_rate": "stochastic depth",
+           "label_smoothing": "label smoothing in the loss", "weight_decay_rule": "decayed weights",
+           "rand_augment": "RandAugment", "random_erasing": "random erasing",
+           "repeated_augmentation": "repeated augmentation"}  # fmt: skip
+
+
+def describe_change(change: dict[str, tuple[object, object]]) -> str:
+    """A change of :func:`changes` in words, e.g. ``"stochastic depth: none → 0.1"``.
+
+    Example:
+        >>> describe_change(changes("vit-50-mix", "vit-50-randaugment-m9"))
+        'MixUp/CutMix: off → on'
+
+    See chapter: Real photos on a GPU.
+    """
+
+    def show(value: object) -> str:
+        if isinstance(value, dict):  # a RandAugment policy
+            return (f"{value['num_ops']} ops, m{value['magnitude']} ± {value['magnitude_std']} "
+                    f"({value['scale']} scale)")  # fmt: skip
+        if value is None or isinstance(value, bool):
+            return {None: "none", True: "on", False: "off"}[value]
+        return str(value).replace("+", " + ")  # "crop-flip + randaugment" wraps
+
+    return "; ".join(f"{_FIELDS.get(k, k)}: {show(a)} → {show(b)}" for k, (a, b) in change.items())
+
+
+def projected_minutes(row: str) -> float | None:
+    """H100-minutes of all of a row's seeds, from the slowest per-epoch time measured alone.
+
+    ``None`` for a row without a per-epoch measurement on an H100 (ResNet-18): never estimated.
+
+    Example:
+        >>> projected_minutes("vit-200"), projected_minutes("resnet18-200")
+        (36.0, None)
+
+    See chapter: Real photos on a GPU.
+    """
+    if ROWS[row]["model"] != "vit":
+        return None
+    slowest = max(H100_SECONDS_PER_EPOCH["vit-mix-200, all of it"])
+    return ROWS[row]["epochs"] * len(PLAN[row]) * slowest / 60
+
+
+def planned_recipe(row: str) -> dict[str, object]:
+    """What a run of the next recording records as its recipe: the row's fields but epochs.
+
+    Example:
+        >>> planned_recipe("vit-200-conv-stem")["stem"], "epochs" in planned_recipe("vit-50")
+        ('conv', False)
+
+    See chapter: Real photos on a GPU.
+    """
+    rows = {**ROWS, **DEIT_ROWS}
+    if row not in rows:
+        raise ValueError(f"{row!r} is not a row of the next recording; choose from {list(rows)}.")
+    return {k: v for k, v in rows[row].items() if k != "epochs"}
+
+
+def recording_order(
+    seeds: dict[str, tuple[int, ...]] | None = None,
+) -> list[tuple[str, int]]:
+    """The next recording's runs, ``(row, seed)``, in the order a recording takes them.
+
+    First seed 0 of :data:`FIRST_ROWS` (``resnet18-200``, ``vit-200``, ``vit-200-deit-hard``,
+    ``vit-200-conv-stem``: the data-efficient chapter's answer on photos), then seed 0 of every
+    50-epoch row in ladder order, then the remaining seeds, seed by seed, in the same row order.
+    A distilled run always comes after its teacher's run of the same seed.
+
+    Args:
+        seeds: row -> seeds; by default :data:`PLAN` and the data-efficient rows' three seeds.
+            Rows left out are not recorded.
+
+    Example:
+        >>> recording_order()[3:5]
+        [('vit-200-conv-stem', 0), ('vit-50', 0)]
+
+    See chapter: Real photos on a GPU.
+    """
+    seeds = {**PLAN, **DEIT_PLAN} if seeds is None else seeds
+    rows = [*FIRST_ROWS, *(name for name in ROWS if name not in FIRST_ROWS)]
+    unknown = sorted(set(seeds) - set(rows))
+    if unknown:
+        raise ValueError(f"{unknown} are not rows of the next recording; choose from {rows}.")
+    order = [(row, 0) for row in rows if 0 in seeds.get(row, ())]
+    later = sorted({seed for row in rows for seed in seeds.get(row, ()) if seed != 0})
+    order += [(row, seed) for seed in later for row in rows if seed in seeds.get(row, ())]
+    return order
+
+
+def plan_cost(
+    seconds_per_epoch: float = H100_SECONDS_PER_EPOCH["fit(compile=True), crop and flip"],
+    order: list[tuple[str, int]] | None = None,
+) -> list[tuple[str, int, int, float | None]]:
+    """Each run's epochs and minutes at a measured epoch time of the photo ViT.
+
+    The default is ``fit(compile=True)``'s epoch on an H100 with crop and flip and no
+    validation, so the rows of the patch-embedding ViT cost at least that: RandAugment, mixing,
+    erasing and a validation pass add to it. Runs of other models (ResNet-18, the distilled
+    student with its teacher's forward pass, the convolutional stem) were never timed: their
+    minutes are ``None``, never estimated.
+
+    Returns:
+        ``[(row, seed, epochs, minutes or None)]`` in recording order.
+
+    Example:
+        >>> plan_cost()[1]
+        ('vit-200', 0, 200, 4.85)
+
+    See chapter: Real photos on a GPU.
+    """
+    rows = {**ROWS, **DEIT_ROWS}
+    timed = {name for name, row in ROWS.items() if row["model"] == "vit"}
+    return [(row, seed, rows[row]["epochs"],
+             rows[row]["epochs"] * seconds_per_epoch / 60 if row in timed else None)
+            for row, seed in (recording_order() if order is None else order)]  # fmt: skip
+
+
+def load_results(path: str | Path = RESULTS_PATH) -> dict:
+    """The recorded runs of ``scripts/train_cifar10.py``: ``{"runs": [...], "provenance": [...]}``.
+
+    Raises:
+        FileNotFoundError: nothing recorded at ``path``, with the command that records it.
+        vitbook._files.ResultsFileError: a damaged file (not JSON, cut short) or one without
+            runs or provenance, named, with what to do (a ``ValueError``).
+
+    See chapter: Real photos on a GPU.
+    """
+    remedy = ("record the ladder on a GPU with `python scripts/train_cifar10.py --data "
+              "cifar10.npz` (or --download).")  # fmt: skip
+    results = _files.read_json(path, remedy=remedy)
+    if not results.get("runs") or not results.get("provenance"):
+        raise _files.ResultsFileError(f"{path} holds no runs or no provenance; {remedy}")
+    records.check_together([(str(path), results)], allow_mixed=True)  # layout, no repeated run
+    return results
+
+
+def _summable(runs: list) -> None:
+    """Runs :func:`summarize` can average: a row, an integer seed and both accuracies as fractions
+    in [0, 1] each, and no (row, seed) twice; else a TypeError / ValueError naming the run."""
+    accuracies = ("final_val_accuracy", "test_accuracy")
+    seen: dict[tuple[str, int], int] = {}
+    for i, run in enumerate(runs):
+        missing = [key for key in ("row", "seed", *accuracies) if key not in run]
+        if missing:
+            raise ValueError(
+                f"run {i} lacks {missing}; summarize reads each run's row, seed, "
+                "final_val_accuracy and test_accuracy, as scripts/train_cifar10.py writes them."
+            )
+        row, seed = run["row"], run["seed"]
+        where = f"run {i} (row {row!r} seed {seed!r})"
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(
+                f"{where} has a seed of type {type(seed).__name__}; seeds are integers (seed '0' "
+                "and 0 would count as two seeds): write it as a number."
+            )
+        for key in accuracies:
+            value = run[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{where} has {key}={value!r}, not a number; fix the run.")
+            if not 0 <= value <= 1:  # NaN too
+                raise ValueError(
+                    f"{where} has {key}={value!r}; accuracies here are fractions in [0, 1] (79 % "
+                    "is 0.79): divide percentages by 100, or fix the run."
+                )
+        if (row, seed) in seen:
+            raise ValueError(
+                f"row {row!r} seed {seed} comes twice (runs {seen[row, seed]} and {i}): one run "
+                "would count as two seeds. Keep one of them."
+            )
+        seen[row, seed] = i
+
+
+def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
+    """Per row of the ladder: seeds, mean and spread of the accuracies, wall-clock minutes.
+
+    Reads both layouts: runs with ``minutes`` (the shipped recording) or ``wall_clock_minutes``.
+
+    Returns:
+        ``{row: {"n", "val_mean", "val_std", "test_mean", "test_std", "test_min", "test_max",
+        "wall_clock_minutes"}}``; the standard deviations are the sample ones (divisor n - 1),
+        ``None`` for one seed. Wall-clock minutes of runs that shared a GPU are not the time of a
+        run alone.
+
+    Raises:
+        TypeError / ValueError: a run without its row, seed or accuracies, a seed that is not an
+            integer, an accuracy that is not a fraction in [0, 1] (79 beside 0.8: a percentage)
+            or NaN, a (row, seed) twice; each named with the run.
+
+    Example:
+        >>> runs = [{"row": "a", "seed": s, "final_val_accuracy": v, "test_accuracy": t,
+        ...          "minutes": 2.0} for s, v, t in ((0, 0.8, 0.79), (1, 0.82, 0.81))]
+        >>> row = summarize({"runs": runs})["a"]
+        >>> row["n"], round(row["test_mean"], 4), round(row["test_std"], 4)
+        (2, 0.8, 0.0141)
+
+    See chapter: Real photos on a GPU.
+    """
+    _summable(results["runs"])
+    table: dict[str, dict[str, float | int | None]] = {}
+    for name in dict.fromkeys(run["row"] for run in results["runs"]):
+        runs = [run for run in results["runs"] if run["row"] == name]
+        val = [run["final_val_accuracy"] for run in runs]
+        test = [run["test_accuracy"] for run in runs]
+        minutes = [run.get("wall_clock_minutes", run.get("minutes")) for run in runs]
+        table[name] = {
+            "n": len(runs),
+            "val_mean": statistics.fmean(val),
+            "val_std": statistics.stdev(val) if len(runs) > 1 else None,
+            "test_mean": statistics.fmean(test),
+            "test_std": statistics.stdev(test) if len(runs) > 1 else None,
+            "test_min": min(test),
+            "test_max": max(test),
+            "wall_clock_minutes": statistics.fmean(minutes) if None not in minutes else None,
+        }
+    return table
+
+
+def describe(row: dict, split: str = "test", digits: int = 4, *, percent: bool = False) -> str:
+    """A row's accuracy as text: ``"0.8737 ± 0.0047"``, or ``"0.8315 (one seed)"``.
+
+    Args:
+        row: a row of :func:`summarize`.
+        split: ``"test"`` or ``"val"``.
+        digits: decimals of a fraction; with ``percent``, the same precision in percent.
+        percent: write ``"87.37 ± 0.47"`` (percent) instead of fractions.
+
+    Example:
+        >>> describe({"test_mean": 0.8315, "test_std": None})
+        '0.8315 (one seed)'
+        >>> describe({"test_mean": 0.87366, "test_std": 0.00467}, percent=True)
+        '87.37 ± 0.47'
+
+    See chapter: Real photos on a GPU.
+    """
+    mean, std = row[f"{split}_mean"], row[f"{split}_std"]
+    scale, digits = (100, digits - 2) if percent else (1, digits)
+    if std is None:
+        return f"{scale * mean:.{digits}f} (one seed)"
+    return f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
+
+
+def group_provenance(results: dict) -> list[dict[str, object]]:
+    """The provenance entries of a results file, identical ones grouped (one entry a process).
+
+    Entries that differ only in their command, date and seeds fall in one group.
+
+    Returns:
+        One dict per group: the shared fields, ``"entries"`` (how many), ``"seeds"`` (sorted
+        union), ``"dates"`` (first and last) and ``"commands"`` (each entry's).
+
+    See chapter: Real photos on a GPU.
+    """
+    groups: dict[str, dict[str, object]] = {}
+    for entry in results["provenance"]:
+        shared = {k: v for k, v in entry.items() if k not in ("command", "date", "seeds")}
+        key = repr(sorted(shared.items(), key=lambda item: item[0]))
+        group = groups.setdefault(key, {**shared, "entries": 0, "seeds": set(), "dates": [],
+                                        "commands": []})  # fmt: skip
+        group["entries"] += 1
+        group["seeds"] |= set(entry.get("seeds", []))
+        group["dates"].append(entry.get("date", ""))
+        group["commands"].append(entry.get("command", ""))
+    for group in groups.values():
+        group["seeds"] = sorted(group["seeds"])
+        group["dates"] = (min(group["dates"]), max(group["dates"]))
+    return list(groups.values())
+
+
+@torch.no_grad()
+def macs(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
+    """Multiply-accumulates of one forward pass, per op, counted by ``torch.utils.flop_counter``.
+
+    Two flops make a MAC. The model is put in eval mode. The count is what the ops that run
+    report: ``scaled_dot_product_attention`` on a CPU reports nothing for its products
+    :math:`QK^\\top` and :math:`AV` (use ``attn_impl="explicit"`` to count them, as ``aten.bmm``).
+
+    Args:
+        model: any module.
+        images: its input, e.g. (1, 3, 32, 32) for one photo.
+
+    Returns:
+        ``{op name: MACs}``, e.g. ``{"aten.convolution": ..., "aten.addmm": ...}``.
+
+    Example:
+        >>> macs(nn.Linear(4, 3), torch.rand(2, 4))
+        {'aten.addmm': 24.0}
+
+    See chapter: Real photos on a GPU.
+    """
+    from torch.utils.flop_counter import FlopCounterMode  # imports torch._dynamo: seconds
+
+    with FlopCounterMode(display=False) as counter:
+        model.eval()(images)
+    return {str(op): flops / 2 for op, flops in counter.get_flop_counts()["Global"].items()}
+
+
+@torch.no_grad()
+def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[str, object]:
+    """Rollout maps and mean attention distances of a photo ViT, ``Normalize`` first.
+
+    Args:
+        model: ``nn.Sequential(Normalize(...), VisionTransformer(...))`` with a class token.
+        images: (B, 3, H, W) photos in [0, 1]; distances are averaged over all B.
+        maps: how many of the first photos get a rollout map.
+
+    Returns:
+        ``{"rollout_maps": (maps, Gh, Gw) the class token's rollout over the patches,
+        "mean_attention_distance": (L, Nh) in pixels, the paper's convention}``, tensors on the
+        CPU.
+
+    Example:
+        >>> from vitbook import VisionTransformer, ViTConfig
+        >>> from vitbook.data.cifar import Normalize
+        >>> vit = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=2,
+        ...                                   num_heads=2, num_classes=3))
+        >>> out = readout(nn.Sequential(Normalize((0.5,) * 3, (0.5,) * 3), vit),
+        ...               torch.rand(4, 3, 8, 8), maps=2)
+        >>> out["rollout_maps"].shape, out["mean_attention_distance"].shape
+        (torch.Size([2, 2, 2]), torch.Size([2, 2]))
+
+    See chapter: Real photos on a GPU.
+    """
+    normalize, vit = model[0], model[1]
+    vit.eval()
+    config = vit.config
+    _, attentions = vit.forward_with_attention(normalize(images))  # L x (B, Nh, N, N)
+    prefix = config.num_prefix_tokens  # 2 for a distilled ViT: class, distillation
+    distances = torch.stack(
+        [mean_attention_distance(a, config.grid_size, config.patch_size,
+                                 num_prefix_tokens=prefix) for a in attentions]
+    )  # (L, Nh)  # fmt: skip
+    rollout = attention_rollout([a[:maps] for a in attentions])  # (maps, N, N)
+    return {
+        "rollout_maps": cls_rollout_map(rollout, config.grid_size, num_prefix_tokens=prefix).cpu(),
+        "mean_attention_distance": distances.cpu(),
+    }
+
+
+
+def recording_progress(
+    results: dict | None,
+    order: list[tuple[str, int]] | None = None,
+    *,
+    source: str = "",
+) -> Progress:
+    """What a possibly partial results file holds of the next recording (a
+    :class:`vitbook.studies.recording.Progress`: recorded and missing runs, partial rows, labels).
+
+    Args:
+        results: a results file of ``scripts/train_cifar10.py`` (a state folder's
+            ``results.json``, or a merge of them), possibly with no runs; ``None`` when nothing
+            is recorded yet.
+        order: the plan's runs; :func:`recording_order` by default.
+        source: where ``results`` came from, kept in ``Progress.source``.
+
+    Raises:
+        vitbook._files.ResultsFileError: not a results file (no list of runs), or a run
+            without row, seed, epochs or recipe.
+        ValueError: a run of the plan recorded twice, or with other epochs or another recipe
+            than the plan's (a smoke run, say), named with what to do.
+
+    Example:
+        >>> progress = recording_progress(None)
+        >>> progress.complete, progress.next, progress.label("vit-200")
+        (False, ('resnet18-200', 0), 'vit-200 (not recorded)')
+
+    See chapter: Real photos on a GPU.
+    """
+    order = recording_order() if order is None else list(order)
+    rows = {**ROWS, **DEIT_ROWS}
+    planned = {row: (rows[row]["epochs"], planned_recipe(row)) for row, _ in order}
+    return progress_of(results, order, planned, source=source)
+
+
+def load_progress(path: str | Path = NEXT_RESULTS_PATH) -> Progress:
+    """:func:`recording_progress` of a results file; no file at ``path`` means nothing is
+    recorded yet (``Progress.source`` says so).
+
+    Raises:
+        vitbook._files.ResultsFileError: a damaged file (not JSON, cut short), named.
+        ValueError: as :func:`recording_progress`.
+
+    Example:
+        >>> load_progress("no-such-file.json").source
+        'nothing recorded yet: no file at no-such-file.json'
+
+    See chapter: Real photos on a GPU.
+    """
+    path = Path(path)
+    if not path.exists():
+        return recording_progress(None, source=f"nothing recorded yet: no file at {path}")
+    remedy = ("record the plan with `python scripts/train_cifar10.py --data cifar10.npz "
+              "--state DIR --minutes M`.")  # fmt: skip
+    return recording_progress(_files.read_json(path, remedy=remedy), source=str(path))

@@ -1,0 +1,216 @@
+"""A plan of runs, ``(row, seed)`` in the order they are recorded, and what a possibly partial
+results file holds of it: the recorded runs, the missing ones, the rows with some of their seeds.
+
+A recording that spans many short GPU sessions is read while it is incomplete: a chapter shows
+what is recorded so far, marked partial, with what is missing, and its checks must hold at every
+stage. :func:`progress_of` reads a results file against a plan (each row's epochs and recipe)
+and refuses what does not belong to it; :func:`vitbook.studies.ladder.recording_progress` and
+:func:`vitbook.studies.ladder.load_progress` apply it to the photo ladder's next recording.
+
+See chapter: Real photos on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vitbook import _files
+
+__all__ = ["Progress", "progress_of"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a possibly partial recording holds, against its plan.
+
+    Made by :func:`progress_of` (for the photo ladder:
+    :func:`vitbook.studies.ladder.recording_progress`). Runs are ``(row, seed)`` pairs; every tuple
+    is in recording order.
+
+    Fields:
+        order: the plan's runs.
+        recorded: the plan's runs the file holds.
+        missing: the plan's runs it does not hold yet.
+        runs: ``{(row, seed): run}``, the recorded runs as the file has them.
+        provenance: the file's provenance entries (every session or process that wrote runs).
+        other: runs of the file outside the plan (another ladder's rows), left out.
+        source: where the runs came from (a path, or a note that nothing is recorded yet).
+
+    See chapter: Real photos on a GPU.
+    """
+
+    order: tuple[tuple[str, int], ...]
+    recorded: tuple[tuple[str, int], ...]
+    missing: tuple[tuple[str, int], ...]
+    runs: dict[tuple[str, int], dict]
+    provenance: tuple[dict, ...] = ()
+    other: tuple[tuple[str, int], ...] = ()
+    source: str = ""
+
+    @property
+    def complete(self) -> bool:
+        """Every run of the plan is recorded."""
+        return not self.missing
+
+    @property
+    def next(self) -> tuple[str, int] | None:
+        """The first run of the plan not recorded yet (``None`` when complete)."""
+        return self.missing[0] if self.missing else None
+
+    @property
+    def rows(self) -> tuple[str, ...]:
+        """The plan's rows, in recording order of their first run."""
+        return tuple(dict.fromkeys(row for row, _ in self.order))
+
+    def planned_seeds(self, row: str) -> tuple[int, ...]:
+        """The seeds the plan gives ``row``."""
+        row = self._row(row)
+        return tuple(seed for name, seed in self.order if name == row)
+
+    def seeds(self, row: str) -> tuple[int, ...]:
+        """The recorded seeds of ``row``, ascending."""
+        row = self._row(row)
+        return tuple(sorted(seed for name, seed in self.recorded if name == row))
+
+    def missing_seeds(self, row: str) -> tuple[int, ...]:
+        """The seeds of ``row`` not recorded yet, ascending."""
+        row = self._row(row)
+        return tuple(sorted(seed for name, seed in self.missing if name == row))
+
+    def partial(self, row: str) -> bool:
+        """Some, not all, of ``row``'s seeds are recorded."""
+        return bool(self.seeds(row)) and bool(self.missing_seeds(row))
+
+    def recorded_rows(self) -> tuple[str, ...]:
+        """The rows with at least one recorded seed, in recording order."""
+        return tuple(row for row in self.rows if self.seeds(row))
+
+    def values(self, row: str, metric: str = "test_accuracy") -> dict[int, float]:
+        """``{seed: value}`` of ``row``'s recorded runs (``metric``: a field of a run)."""
+        return {seed: self.runs[self._row(row), seed][metric] for seed in self.seeds(row)}
+
+    def shared(
+        self, row_a: str, row_b: str, metric: str = "test_accuracy"
+    ) -> tuple[dict[int, float], dict[int, float]]:
+        """The two rows' values over the seeds both have recorded: what
+        :func:`vitbook.studies.comparison.paired_difference` takes (empty dicts while they share
+        none)."""
+        a, b = self.values(row_a, metric), self.values(row_b, metric)
+        both = sorted(a.keys() & b.keys())
+        return {s: a[s] for s in both}, {s: b[s] for s in both}
+
+    def results(self) -> dict:
+        """The recorded runs of the plan as a results file: ``{"runs", "provenance"}``, the runs
+        in recording order (what :func:`vitbook.studies.ladder.summarize` reads)."""
+        return {"runs": [self.runs[key] for key in self.recorded],
+                "provenance": list(self.provenance)}  # fmt: skip
+
+    def label(self, row: str) -> str:
+        """``row`` with what is recorded of it, e.g. ``"vit-200 (seed 0 of 0, 1, 2; partial)"``,
+        ``"vit-50 (seeds 0, 1)"`` or ``"vit-50-mix (not recorded)"``."""
+        seeds, planned = self.seeds(row), self.planned_seeds(row)
+        if not seeds:
+            return f"{row} (not recorded)"
+        if not self.partial(row):
+            return f"{row} ({_seeds(seeds)})"
+        return f"{row} ({_seeds(seeds)} of {', '.join(map(str, planned))}; partial)"
+
+    def describe(self) -> str:
+        """The recording's state in a few lines: how much is recorded, each recorded row's
+        label, the rows still missing, and the next run."""
+        if self.complete:
+            head = f"Recorded: all {len(self.order)} runs of the plan."
+        elif not self.recorded:
+            head = f"Nothing of the plan's {len(self.order)} runs is recorded yet."
+        else:
+            head = (f"Recorded so far: {len(self.recorded)} of {len(self.order)} runs of the "
+                    "plan (a partial recording).")  # fmt: skip
+        lines = [head]
+        lines += [f"- {self.label(row)}" for row in self.recorded_rows()]
+        waiting = [row for row in self.rows if self.missing_seeds(row)]
+        if waiting:
+            lines.append("Missing: " + "; ".join(
+                f"{row} {_seeds(self.missing_seeds(row))}" for row in waiting) + ".")
+            lines.append(f"Next: {self.next[0]} seed {self.next[1]}.")
+        return "\n".join(lines)
+
+    def _row(self, row: str) -> str:
+        if row not in self.rows:
+            raise ValueError(f"{row!r} is not a row of the plan; choose from {list(self.rows)}.")
+        return row
+
+
+def _seeds(seeds: tuple[int, ...]) -> str:
+    return f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
+
+
+def progress_of(
+    results: dict | None,
+    order: list[tuple[str, int]],
+    planned: dict[str, tuple[int, dict]],
+    *,
+    source: str = "",
+) -> Progress:
+    """What ``results`` holds of the plan ``order``.
+
+    Args:
+        results: ``{"runs": [...], "provenance": [...]}``, possibly without runs; ``None``
+            when nothing is recorded yet.
+        order: the plan's runs, ``(row, seed)``, in recording order.
+        planned: row -> ``(epochs, recipe)``, what each of the plan's runs must record.
+        source: where ``results`` came from (named in errors, kept in the result).
+
+    Raises:
+        vitbook._files.ResultsFileError: no list of runs, a run without row, seed, epochs or
+            recipe, or one whose row is not a name or whose seed is not an int (``"0"``).
+        ValueError: a run of the plan recorded twice, or with other epochs or another recipe.
+
+    Example:
+        >>> run = {"row": "a", "seed": 1, "epochs": 2, "recipe": {}}
+        >>> progress = progress_of({"runs": [run]}, [("a", 0), ("a", 1)], {"a": (2, {})})
+        >>> progress.recorded, progress.missing, progress.label("a")
+        ((('a', 1),), (('a', 0),), 'a (seed 1 of 0, 1; partial)')
+
+    See chapter: Real photos on a GPU.
+    """
+    name = source or "the results"
+    results = {"runs": []} if results is None else results
+    if not isinstance(results, dict) or not isinstance(results.get("runs"), list):
+        raise _files.ResultsFileError(
+            f"{name} holds no list of runs; pass a file written by scripts/train_cifar10.py.")
+    in_plan, found, other = set(order), {}, []
+    for i, run in enumerate(results["runs"]):
+        if not isinstance(run, dict) or not {"row", "seed", "epochs", "recipe"} <= set(run):
+            raise _files.ResultsFileError(f"{name} holds a run without row, seed, epochs or "
+                                           "recipe.")  # fmt: skip
+        key = (run["row"], run["seed"])
+        if not isinstance(key[0], str) or isinstance(key[1], bool) or not isinstance(key[1], int):
+            raise _files.ResultsFileError(
+                f"run {i} of {name} has row {key[0]!r} and seed {key[1]!r} "
+                f"({type(key[1]).__name__}); a row is a name and a seed an integer (seed '0' "
+                "and 0 would count as two seeds): write the seed as a number, e.g. 0, as the "
+                "scripts do."
+            )
+        if key not in in_plan:
+            other.append(key)
+            continue
+        if key in found:
+            raise ValueError(f"row {key[0]!r} seed {key[1]} is recorded twice in {name}; keep "
+                             "one run per seed.")  # fmt: skip
+        epochs, recipe = planned[key[0]]
+        if run["epochs"] != epochs or run["recipe"] != recipe:
+            raise ValueError(
+                f"row {key[0]!r} seed {key[1]} in {name} was trained for {run['epochs']} epochs "
+                f"with recipe {run['recipe']}, but the plan has {epochs} epochs and {recipe} (a "
+                "smoke run?); keep it out of the plan's results file."
+            )
+        found[key] = run
+    return Progress(
+        order=tuple(order),
+        recorded=tuple(key for key in order if key in found),
+        missing=tuple(key for key in order if key not in found),
+        runs=found,
+        provenance=tuple(results.get("provenance") or ()),
+        other=tuple(other),
+        source=source,
+    )

@@ -1,0 +1,213 @@
+"""Recorded results that belong together: the seeds' spread of a number, and ladder files joined.
+
+- :func:`spread` is what every results file's summary reports per setting: the seeds' count,
+  mean, standard deviation, minimum and maximum.
+- :func:`check_together` refuses to join ladder runs that do not belong together (other data,
+  device, epochs or recipe, or a row and seed twice); :func:`join` joins them, keeping every
+  provenance entry.
+
+Writing and reading the files themselves (checked paths, atomic writes) is :mod:`vitbook._files`.
+
+See chapter: Real photos on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import statistics
+from collections.abc import Sequence
+
+from vitbook._files import ResultsFileError
+
+__all__ = ["check_together", "join", "spread"]
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """The seeds' spread of one number: ``n``, ``mean``, ``std`` (0.0 for one seed), ``min``,
+    ``max``. What every results file's summary reports per setting.
+
+    Raises:
+        TypeError: a value that is not a real number (a string or ``None`` from a damaged file).
+        ValueError: no values, or a NaN or infinite one (a run that diverged or was never
+            recorded), named with its position.
+
+    Example:
+        >>> {name: round(value, 4) for name, value in spread([0.8, 0.9]).items()}
+        {'n': 2, 'mean': 0.85, 'std': 0.0707, 'min': 0.8, 'max': 0.9}
+    """
+    values = list(values)
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(
+                f"spread takes numbers, got {value!r} ({type(value).__name__}) at position {i} "
+                f"of {len(values)}; read the file's numbers as numbers (float(...)) or fix the "
+                "file that holds this one."
+            )
+        if not math.isfinite(value):
+            raise ValueError(
+                f"spread got {value} at position {i} of {len(values)}: a run that diverged or "
+                "was never recorded has no number to average. Leave it out and say so, or "
+                "record that run again."
+            )
+    values = [float(value) for value in values]
+    if not values:
+        raise ValueError("spread needs at least one value, got none.")
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def _layout(part: dict, name: str) -> None:
+    """A ladder results file: ``{"runs": [...], "provenance": [...]}``."""
+    runs, provenance = part.get("runs"), part.get("provenance")
+    if (
+        not isinstance(runs, list)
+        or not isinstance(provenance, list)
+        or not provenance
+        or not all(isinstance(entry, dict) for entry in provenance)
+    ):
+        raise ResultsFileError(
+            f"{name} is not a ladder results file (it needs a list of runs and a non-empty list "
+            "of provenance entries); pass a file written by scripts/train_cifar10.py."
+        )
+    for j, entry in enumerate(provenance):
+        data = entry.get("data")
+        if data is not None and not isinstance(data, dict):
+            raise ResultsFileError(
+                f"provenance entry {j} of {name} has data {data!r} ({type(data).__name__}), not "
+                'the object a script writes ({"source": ..., "sha256": ..., ...}); restore the '
+                "file or record its runs again with scripts/train_cifar10.py."
+            )
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or not {"row", "seed", "epochs", "recipe"} <= set(run):
+            raise ResultsFileError(f"{name} holds a run without row, seed, epochs or recipe.")
+        row, seed, process = run["row"], run["seed"], run.get("process")
+        if not isinstance(row, str) or isinstance(seed, bool) or not isinstance(seed, int):
+            raise ResultsFileError(
+                f"run {i} of {name} has row {row!r} and seed {seed!r} ({type(seed).__name__}); "
+                "a row is a name and a seed an integer (seed '0' and 0 would count as two "
+                "seeds): write the seed as a number, e.g. 0, as the scripts do."
+            )
+        if process is not None and (
+            isinstance(process, bool)
+            or not isinstance(process, int)
+            or not 0 <= process < len(provenance)
+        ):
+            raise ResultsFileError(
+                f"run {i} of {name} (row {row!r} seed {seed}) names process {process!r}, but "
+                f"the file has provenance entries 0 .. {len(provenance) - 1} only"
+                "; a run must point at the entry of the process that made it. Restore the file "
+                "or record that run again."
+            )
+
+
+def _sources(found: dict[object, list[str]]) -> str:
+    """``value (file, file); value (file)``: each value with the files it comes from."""
+    return "; ".join(f"{v} ({', '.join(dict.fromkeys(names))})" for v, names in found.items())
+
+
+def check_together(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = False) -> None:
+    """Refuse ladder runs that do not belong in one table, naming what differs and where.
+
+    Runs belong together when every provenance entry names the same data checksum and device,
+    every row has one number of epochs and one recipe, and no (row, seed) pair comes twice (it
+    would count one run as two seeds). Runs not yet trained may be passed too: only ``row``,
+    ``seed``, ``epochs`` and ``recipe`` are read, so a script checks *before* it trains.
+
+    Args:
+        parts: ``(name, {"runs": [...], "provenance": [...]})``, one per file or process.
+        allow_mixed: accept other data, devices, epochs or recipes (never a repeated run).
+
+    Raises:
+        ResultsFileError: a part that is not a ladder results file: no runs or provenance, a
+            run's seed that is not an integer (``"0"`` and ``0`` would be two seeds), a run's
+            ``process`` that points at no provenance entry, a provenance ``data`` that is not
+            an object.
+        ValueError: what does not belong together, with the files it comes from.
+
+    Example:
+        >>> run = {"row": "r", "seed": 0, "epochs": 2, "recipe": {"lr": 1e-3}}
+        >>> part = {"runs": [run], "provenance": [{"device": "cpu", "data": {"sha256": "a"}}]}
+        >>> try:
+        ...     check_together([("a.json", part), ("b.json", part)])
+        ... except ValueError as error:
+        ...     print(str(error).splitlines()[1])
+        - row 'r' seed 0 twice (a.json, b.json)
+
+    See chapter: Real photos on a GPU.
+    """
+    for name, part in parts:
+        _layout(part, name)
+    problems = []
+    seen: dict[tuple[str, int], str] = {}
+    for name, part in parts:
+        for run in part["runs"]:
+            key = (run["row"], run["seed"])
+            if key in seen:
+                problems.append(f"- row {key[0]!r} seed {key[1]} twice ({seen[key]}, {name})")
+            seen.setdefault(key, name)
+    mixed = []
+    for label, value in (
+        ("data checksum", lambda p: str((p.get("data") or {}).get("sha256"))[:12]),
+        ("device", lambda p: p.get("device")),
+    ):
+        found: dict[object, list[str]] = {}
+        for name, part in parts:
+            for entry in part["provenance"]:
+                found.setdefault(value(entry), []).append(name)
+        if len(found) > 1:
+            mixed.append(f"- {label}s differ: {_sources(found)}")
+    rows: dict[str, dict[str, list[str]]] = {}
+    for name, part in parts:
+        for run in part["runs"]:
+            how = json.dumps({"epochs": run["epochs"], "recipe": run["recipe"]}, sort_keys=True)
+            rows.setdefault(run["row"], {}).setdefault(how, []).append(name)
+    for row, hows in rows.items():
+        if len(hows) > 1:
+            mixed.append(f"- row {row!r} has {len(hows)} epochs or recipes: {_sources(hows)}")
+    if not allow_mixed:
+        problems += mixed
+    if problems:
+        hint = "" if allow_mixed or not mixed else (
+            "\nIf you mean to put different data, devices or recipes in one table, say so with "
+            "--allow-mixed; the page then shows every provenance."
+        )  # fmt: skip
+        raise ValueError("these runs do not belong together:\n" + "\n".join(problems) + hint)
+
+
+def join(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = False, note: dict) -> dict:
+    """Join ladder result files after :func:`check_together`: all runs, every provenance entry.
+
+    A run written by a recent script names the provenance entry of the process that made it
+    (``"process"``, an index into ``"provenance"``); the indices are shifted to point into the
+    joined list. ``note`` (the command, the date) is appended to the file's ``"joins"``.
+
+    Example:
+        >>> run = {"row": "r", "seed": 0, "epochs": 2, "recipe": {}, "process": 0}
+        >>> part = {"runs": [run], "provenance": [{"device": "cpu", "data": {"sha256": "a"}}]}
+        >>> other = {"runs": [{**run, "seed": 1}], "provenance": part["provenance"]}
+        >>> joined = join([("a", part), ("b", other)], note={"command": "merge"})
+        >>> [r["process"] for r in joined["runs"]], len(joined["provenance"])
+        ([0, 1], 2)
+
+    See chapter: Real photos on a GPU.
+    """
+    check_together(parts, allow_mixed=allow_mixed)
+    joined: dict = {"runs": [], "provenance": [], "joins": []}
+    for _, part in parts:
+        offset = len(joined["provenance"])
+        for run in part["runs"]:
+            moved = dict(run)
+            if isinstance(run.get("process"), int):
+                moved["process"] = run["process"] + offset
+            joined["runs"].append(moved)
+        joined["provenance"] += part["provenance"]
+        joined["joins"] += part.get("joins", [])
+    joined["joins"].append({**note, "allow_mixed": allow_mixed})
+    return joined

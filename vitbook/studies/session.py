@@ -1,0 +1,427 @@
+"""A recording that spans many short GPU sessions: its state folder, the runs left, the budget.
+
+``scripts/train_cifar10.py --state DIR --minutes M`` records a plan of runs (``(row, seed)``) in
+sessions of ``M`` minutes each; a machine may start bare every time, as long as ``DIR`` and the
+data file travel from one session to the next. This module keeps ``DIR``:
+
+.. code-block:: text
+
+    DIR/plan.json         what every run of the folder shares: the data's checksum, the code
+                          version, torch, the precision, compiling, the model size and overrides
+    DIR/results.json      the finished runs and one provenance entry per session (the GPU,
+                          torch, CUDA, commit, budget and minutes used); only ever appended to
+    DIR/runs/ROW-seedS.pt    an unfinished run's training state (vitbook.train.resume: checksummed),
+                             its identity
+    DIR/runs/ROW-seedS.json  its progress: epochs done, seconds per epoch, the sessions so far
+    DIR/runs/ROW-seedS.done.json    a finished run's record, until results.json holds it
+    DIR/runs/ROW-seedS.failed.json  a run that stopped with an error (not retried until removed;
+                                    each session's report names it)
+    DIR/weights/ROW-seedS.safetensors  the trained weights of every seed 0 and every teacher
+    DIR/cache/            torch.compile's caches (inductor, triton): no recompiling next time
+
+A folder belongs to one identity (:meth:`StateFolder.claim`): a session with other data, another
+code version, torch, precision or model size is refused, and so is a run state of another recipe
+or seed; a folder with results or runs but no ``plan.json``, or with anything besides the layout
+above (a results file of ``--out``), is refused rather than claimed as new; the runs in
+``results.json`` and every ``.done.json`` are checked against the plan (the row, an int seed, the
+epochs and the recipe) before anything is joined; nothing is mixed silently.
+:class:`Concurrency` chooses how many runs share the GPU by measuring, and :func:`budgets_left`
+says how many more budgets the rest needs at the rate measured.
+
+See chapter: Real photos on a GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from pathlib import Path
+
+from vitbook import _checks, _files
+from vitbook.studies import records
+
+__all__ = ["Concurrency", "StateFolder", "StateMismatchError", "budgets_left", "code_version"]
+
+PACKAGE = Path(__file__).resolve().parents[1]  # vitbook/, every source of the package
+LAYOUT = ("plan.json", "results.json", "runs", "weights", "cache")  # a state folder's own names
+
+
+class StateMismatchError(ValueError):
+    """A state folder, or a run's state in it, that belongs to another plan; says what differs.
+
+    See chapter: Real photos on a GPU.
+    """
+
+
+def code_version(*extra: str | os.PathLike) -> str:
+    """A checksum of vitbook's Python sources (and of ``extra`` files, a script say): a run
+    resumed with other code would not be the run it started as.
+
+    Example:
+        >>> len(code_version()), code_version() == code_version()
+        (16, True)
+
+    See chapter: Real photos on a GPU.
+    """
+    digest = hashlib.sha256()
+    files = sorted(PACKAGE.rglob("*.py")) + [Path(p).resolve() for p in extra]
+    for path in files:
+        name = path.relative_to(PACKAGE) if PACKAGE in path.parents else path.name
+        digest.update(f"{name}\n".encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _differences(saved: dict, now: dict) -> list[str]:
+    return [f"{k}: {saved.get(k)!r} there, {now.get(k)!r} here"
+            for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]  # fmt: skip
+
+
+def key_name(row: str, seed: int) -> str:
+    """``"ROW-seedS"``, the stem of a run's files."""
+    return f"{row}-seed{seed}"
+
+
+class StateFolder:
+    """The state folder of a recording (the layout is in the module's docstring).
+
+    Every write is atomic (:mod:`vitbook.studies.records`); ``results.json`` is only appended to.
+
+    See chapter: Real photos on a GPU.
+    """
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        if isinstance(root, str) and not root.strip():
+            raise ValueError("--state '': an empty name is the current folder; name the state "
+                             "folder, e.g. runs/state.")  # fmt: skip
+        self.root = Path(root).expanduser()
+        self.planned: dict[str, tuple[int, dict]] | None = None
+        if _files.is_shipped(self.root):
+            raise _files.ShippedFileError(
+                f"{self.root} lies in vitbook/assets; keep a state folder elsewhere (runs/state, "
+                "say) and merge its results.json into the shipped file when it is done."
+            )
+        if self.root.exists() and not self.root.is_dir():
+            raise ValueError(f"--state {self.root} is a file; name a folder (new or earlier).")
+        self.runs, self.weights, self.cache = (self.root / n for n in ("runs", "weights", "cache"))
+        self.plan_path, self.results_path = self.root / "plan.json", self.root / "results.json"
+
+    def path(self, row: str, seed: int, suffix: str) -> Path:
+        """``runs/ROW-seedS<suffix>`` (``.pt``, ``.json``, ``.done.json``, ``.failed.json``)."""
+        return self.runs / f"{key_name(row, seed)}{suffix}"
+
+    def weights_path(self, row: str, seed: int) -> Path:
+        return self.weights / f"{key_name(row, seed)}.safetensors"
+
+    def claim(
+        self, identity: dict[str, object], *, planned: dict[str, tuple[int, dict]] | None = None
+    ) -> bool:
+        """Make the folder this identity's, or check that it is; True if it was new.
+
+        Args:
+            identity: what every run of the folder shares (its ``plan.json``).
+            planned: row -> ``(epochs, recipe)`` of every row the identity records: the runs
+                of ``results.json`` (now) and of every ``.done.json`` (when joined) must match
+                it. ``None``: their rows and seeds are checked, not their epochs and recipes.
+
+        Raises:
+            StateMismatchError: the folder belongs to another identity (named field by field),
+                holds results or runs but no ``plan.json``, holds what a state folder does
+                not, or holds runs of other epochs or recipes.
+            vitbook._files.ResultsFileError: a ``results.json`` that is not a results file, or
+                that holds a NaN (it could not be written back).
+        """
+        self.planned = None if planned is None else dict(planned)
+        if self.root.is_dir():
+            foreign = sorted(f"{p.name}{'/' * p.is_dir()}" for p in self.root.iterdir()
+                             if p.name not in LAYOUT and not _temporary(p.name))  # fmt: skip
+            if foreign:
+                raise StateMismatchError(
+                    f"{self.root} holds {', '.join(foreign[:5])}"
+                    + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+                    + ", which is not part of a state folder (plan.json, results.json, runs/, "
+                    "weights/, cache/). Nothing trained. Give --state a new folder, or the "
+                    "folder of the earlier sessions."
+                )
+        if not self.plan_path.exists():
+            kept = [name for name, there in (
+                ("results.json", self.results_path.exists()),
+                ("runs/", self.runs.is_dir() and any(self.runs.iterdir()))) if there]  # fmt: skip
+            if kept:
+                raise StateMismatchError(
+                    f"the state folder {self.root} holds {' and '.join(kept)} but no plan.json, "
+                    "so what its runs share (the data, the code, the epochs...) cannot be "
+                    "checked, and a new plan would mix other runs into them. Nothing trained. "
+                    "Restore plan.json from a copy of the folder, or give --state a new folder."
+                )
+        for folder in (self.root, self.runs, self.weights, self.cache):
+            _files.check_output(folder / ".probe")  # makes it, proves it writable
+        if not self.plan_path.exists():
+            _files.write_json(self.plan_path, identity)
+            return True
+        saved = _files.read_json(self.plan_path, remedy="restore the state folder from a copy.")
+        differ = _differences(saved, identity)
+        if differ:
+            raise StateMismatchError(
+                f"the state folder {self.root} records another setting ("
+                + "; ".join(differ) + "). Nothing trained. Run with what it was started with "
+                "(its plan.json: the commit in its sessions, the same data file), or give "
+                "--state a new folder."
+            )
+        if self.results_path.exists():
+            results = self.results()
+            name = str(self.results_path)
+            records.check_together([(name, results)], allow_mixed=True)  # runs, int seeds
+            _files.check_finite(name, results, remedy="give --state a new folder.")
+            for run in results["runs"]:
+                if problem := self._against_plan(run, name):
+                    raise StateMismatchError(
+                        f"{problem}: the folder was recorded with other settings. Nothing "
+                        "trained. Run with what it was started with, or give --state a new "
+                        "folder."
+                    )
+        return False
+
+    def _against_plan(self, run: object, where: str) -> str:
+        """What does not fit the plan in a run's record (``""`` if it fits)."""
+        if not isinstance(run, dict):
+            return f"{where} holds {type(run).__name__}, not a run's record"
+        row, seed = run.get("row"), run.get("seed")
+        if not isinstance(row, str) or isinstance(seed, bool) or not isinstance(seed, int):
+            return (f"{where} holds row {row!r} seed {seed!r} ({type(seed).__name__}); a row is "
+                    "a name and a seed an int (seed '0' and 0 would count as two runs)")
+        if self.planned is None:
+            return ""
+        if row not in self.planned:
+            return (f"{where} holds a run of {row!r}, a row this folder's plan does not record "
+                    f"({', '.join(self.planned)})")  # fmt: skip
+        epochs, recipe = self.planned[row]
+        if run.get("epochs") != epochs or run.get("recipe") != recipe:
+            return (f"{where} holds {row} seed {seed} trained for {run.get('epochs')!r} epochs "
+                    f"with recipe {run.get('recipe')!r}, but this folder's plan has {epochs} "
+                    f"epochs and {recipe!r}")  # fmt: skip
+        return ""
+
+    def results(self) -> dict:
+        if not self.results_path.exists():
+            return {"runs": [], "provenance": []}
+        return _files.read_json(self.results_path, remedy="restore it from a copy of the "
+                                 "state folder; the finished runs are in it.")  # fmt: skip
+
+    def recorded(self) -> set[tuple[str, int]]:
+        return {(run["row"], run["seed"]) for run in self.results()["runs"]}
+
+    def _write_results(self, results: dict, before: dict) -> None:
+        """Write ``results`` after checking that every earlier run and session is in it as it
+        was: nothing recorded is replaced."""
+        kept = results["runs"][: len(before["runs"])] == before["runs"]
+        sessions = results["provenance"][: len(before["provenance"])]
+        if not kept or [s.get("session") for s in sessions] != [
+                s.get("session") for s in before["provenance"]]:  # fmt: skip
+            raise RuntimeError(f"refusing to write {self.results_path}: it would lose runs.")
+        _files.write_json(self.results_path, results)
+
+    def begin_session(self, entry: dict[str, object]) -> int:
+        """Append a session's provenance entry; return its index (runs name it)."""
+        before = self.results()
+        index = len(before["provenance"])
+        results = {**before, "provenance": [*before["provenance"], {**entry, "session": index}]}
+        self._write_results(results, before)
+        return index
+
+    def end_session(self, index: int, **fields: object) -> None:
+        """Add what the session did (minutes used, runs finished) to its own entry."""
+        before = self.results()
+        provenance = list(before["provenance"])
+        provenance[index] = {**provenance[index], **fields}
+        self._write_results({**before, "provenance": provenance}, before)
+
+    def join_finished(self) -> list[dict]:
+        """Move every finished run's record (``.done.json``) into ``results.json``, in the
+        order they finished; return the runs joined now.
+
+        Raises:
+            StateMismatchError: a record whose row or seed is not its file's, or that does not
+                fit the plan :meth:`claim` was given (row, an int seed, epochs, recipe); it is
+                named and kept, and nothing is joined.
+        """
+        before = self.results()
+        have = {(run["row"], run["seed"]) for run in before["runs"]}
+        done = []
+        for path in sorted(self.runs.glob("*.done.json"), key=lambda p: p.stat().st_mtime):
+            run = _files.read_json(path, remedy="train that run again (delete the file).")
+            problem = self._against_plan(run, str(path))
+            if not problem and path.name != f"{key_name(run['row'], run['seed'])}.done.json":
+                problem = f"{path} holds {run['row']} seed {run['seed']}, not the run its name says"
+            if problem:
+                raise StateMismatchError(
+                    f"{problem}. Nothing joined: it belongs to another plan or was copied in; "
+                    "move it out of runs/ (it is a finished run: keep it, and merge it where it "
+                    "belongs), or run with the settings it was trained with."
+                )
+            if (run["row"], run["seed"]) not in have:
+                done.append(run)
+        if done:
+            self._write_results({**before, "runs": [*before["runs"], *done]}, before)
+        for run in [*before["runs"], *done]:  # recorded: the record and the state can go
+            for suffix in (".done.json", ".pt"):
+                self.path(run["row"], run["seed"], suffix).unlink(missing_ok=True)
+        return done
+
+    def failed(self) -> dict[tuple[str, int], str]:
+        found = {}
+        for path in self.runs.glob("*.failed.json"):
+            entry = _files.read_json(path, remedy="delete it to train the run again.")
+            found[entry["row"], entry["seed"]] = entry["error"]
+        return found
+
+    def progress(self, row: str, seed: int) -> dict | None:
+        path = self.path(row, seed, ".json")
+        return _files.read_json(path, remedy="delete it.") if path.exists() else None
+
+
+def _temporary(name: str) -> bool:
+    """A file :mod:`vitbook.studies.records` leaves only when killed mid-write
+    (``.results.json.*.tmp``)."""
+    return name.startswith(".") and name.endswith((".tmp", ".probe"))
+
+
+class Concurrency:
+    """How many runs share one GPU, chosen by measuring (see ``scripts/train_cifar10.py``).
+
+    One run starts alone; its epoch time is the reference. Then one more run at a time joins,
+    and the reference run's epoch time is measured again once the newcomer trains: with ``P``
+    runs slowing it by ``s(P)``, the GPU does ``P / s(P)`` times the work of one run alone. A
+    run joins while that grows by at least :attr:`GAIN`; the first ``P`` that gains less is
+    taken back, and the choice stays. On a CPU one run (they would share its cores).
+
+    Example:
+        >>> chooser = Concurrency(most=4)
+        >>> chooser.observe(1, 2.0); chooser.target
+        2
+        >>> chooser.observe(2, 2.4); chooser.target  # 2 / 1.2 = 1.67 times the work
+        3
+        >>> chooser.observe(3, 4.0); chooser.target, chooser.settled  # 3 / 2 = 1.5: less
+        (2, True)
+
+    See chapter: Real photos on a GPU.
+    """
+
+    GAIN = 1.10
+
+    def __init__(self, most: int = 8) -> None:
+        _checks.integer("most", most, minimum=1, fix="1 for one run at a time")
+        self.most, self.target, self.settled = most, 1, most <= 1
+        self.seconds: dict[int, float] = {}
+
+    def throughput(self, processes: int) -> float:
+        """The work done with ``processes`` runs, in runs alone."""
+        return processes * self.seconds[1] / self.seconds[processes]
+
+    def observe(self, processes: int, seconds: float) -> None:
+        """The reference run's epoch time with ``processes`` runs training.
+
+        Raises:
+            ValueError / TypeError: ``processes`` not an int >= 1, ``seconds`` not a finite
+                number > 0 (a NaN or a negative time would decide the count).
+        """
+        _checks.integer("processes", processes, minimum=1)
+        _checks.real("seconds", seconds, low=0, open_low=True,
+                     fix="pass the reference run's epoch time")  # fmt: skip
+        if self.settled or processes != self.target:
+            return
+        self.seconds[processes] = seconds
+        if processes > 1 and self.throughput(processes) < self.GAIN * self.throughput(
+                processes - 1):  # fmt: skip
+            self.target, self.settled = processes - 1, True
+        elif processes >= self.most:
+            self.settled = True
+        else:
+            self.target = processes + 1
+
+    def describe(self) -> str:
+        """The measurements in words, for the session's report."""
+        if not self.seconds:
+            return f"{self.target} at a time (not measured)"
+        parts = [f"{p} at a time: {s:.2f} s an epoch of the first run, "
+                 f"{self.throughput(p):.2f}x one run's work" for p, s in sorted(
+                     self.seconds.items())]  # fmt: skip
+        return f"{self.target} at a time, measured ({'; '.join(parts)})"
+
+
+def budgets_left(
+    left: list[tuple[str, int, int]],
+    epoch_seconds: dict[str, float],
+    *,
+    processes: int,
+    budget_s: float,
+    overhead_s: float,
+) -> tuple[int | None, str]:
+    """How many budgets of ``budget_s`` seconds the runs left need at the measured rates.
+
+    Args:
+        left: ``(row, seed, epochs left)`` of every unfinished run.
+        epoch_seconds: row -> seconds an epoch took, measured with ``processes`` runs sharing
+            the GPU. A row not measured counts at the slowest measured row of its model kind
+            (the part of its name before the first ``-``) and is named; a kind never measured
+            makes the count unknown (``None``).
+        processes: runs side by side.
+        budget_s: one budget.
+        overhead_s: what a session spends before its first epoch ends (start, compiling).
+
+    Returns:
+        ``(budgets or None, the arithmetic in words)``.
+
+    Raises:
+        ValueError / TypeError: ``processes`` not an int >= 1, epochs left not an int >= 0, an
+            epoch's seconds or ``budget_s`` not a finite number > 0, ``overhead_s`` not a
+            finite number >= 0.
+
+    Example:
+        >>> budgets_left([("vit-50", 0, 40), ("vit-50", 1, 50)], {"vit-50": 3.0},
+        ...              processes=2, budget_s=600, overhead_s=60)
+        (1, '135 s of training (90 epochs, 2 side by side) in budgets of 540 s usable')
+
+    See chapter: Real photos on a GPU.
+    """
+    _checks.integer("processes", processes, minimum=1, fix="the runs side by side")
+    _checks.real("budget_s", budget_s, low=0, open_low=True, fix="a session's seconds")
+    _checks.real("overhead_s", overhead_s, low=0, fix="a session's seconds before its first "
+                 "epoch ends")  # fmt: skip
+    for row, seconds in epoch_seconds.items():
+        _checks.real(f"epoch_seconds[{row!r}]", seconds, low=0, open_low=True,
+                     fix="an epoch's measured seconds")  # fmt: skip
+    for row, seed, epochs in left:
+        if isinstance(epochs, bool) or not isinstance(epochs, int):
+            raise TypeError(f"{row} seed {seed} has {epochs!r} epochs left "
+                            f"({type(epochs).__name__}); epochs left are an int >= 0.")
+        if epochs < 0:
+            raise ValueError(f"{row} seed {seed} has {epochs} epochs left; epochs left are an "
+                             "int >= 0 (the run's epochs minus those done: is its progress file "
+                             "right?).")  # fmt: skip
+    if not left:
+        return 0, "nothing left"
+    work, borrowed, unknown = 0.0, set(), set()
+    for row, _, epochs in left:
+        seconds = epoch_seconds.get(row)
+        if seconds is None:
+            kind = row.split("-")[0]
+            alike = [s for r, s in epoch_seconds.items() if r.split("-")[0] == kind]
+            if not alike:
+                unknown.add(row)
+                continue
+            seconds = max(alike)
+            borrowed.add(row)
+        work += epochs * seconds
+    if unknown:
+        return None, f"rows never timed: {', '.join(sorted(unknown))}"
+    usable = budget_s - overhead_s
+    if usable <= 0:
+        return None, f"a budget of {budget_s:.0f} s is used up before the first epoch ends"
+    seconds = work / processes
+    epochs = sum(e for *_, e in left)
+    words = (f"{seconds:.0f} s of training ({epochs} epochs, {processes} side by side) in "
+             f"budgets of {usable:.0f} s usable")  # fmt: skip
+    if borrowed:
+        words += f"; {', '.join(sorted(borrowed))} at the slowest timed row of their model"
+    return math.ceil(seconds / usable), words

@@ -1,0 +1,206 @@
+"""Running a trained classifier: its precision, its predictions and its accuracy.
+
+``predict`` returns class probabilities and ``evaluate`` the accuracy of a model in eval mode,
+without gradients, in chunks, on the model's device; ``resolve_precision`` says which precision
+``"auto"`` means on a device. :mod:`vitbook.train` uses them and imports them for its readers
+(``from vitbook.train import evaluate`` keeps working).
+
+See chapter: Training and classification.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vitbook import _checks
+from vitbook.train.recipe import PRECISIONS
+from vitbook.train.step import autocast, logits_of
+
+__all__ = ["evaluate", "predict", "resolve_precision"]
+
+Data = tuple[torch.Tensor, torch.Tensor]
+
+
+def _num_classes(model: nn.Module) -> int | None:
+    """n_cls from a vitbook model's config, or None for another module (read from its logits)."""
+    num_classes = getattr(getattr(model, "config", None), "num_classes", None)
+    if num_classes == 0:
+        raise ValueError(
+            "the model has num_classes=0, so no classification head; build it with "
+            "num_classes=n_cls to train or evaluate a classifier."
+        )
+    return num_classes if isinstance(num_classes, int) else None
+
+
+def _model(model: object) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"model must be a torch.nn.Module mapping images to logits, got {type(model).__name__}."
+        )
+    return model
+
+
+def _device(model: nn.Module, device: str | torch.device | None) -> torch.device:
+    _model(model)
+    if device is not None:
+        return _checks.device("device", device)
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+def resolve_precision(precision: str, device: str | torch.device) -> str:
+    """The precision ``fit`` trains in: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+
+    ``"auto"`` picks bf16 on a GPU that computes it natively (compute capability 8.0 or higher:
+    A100, H100, RTX 30xx and later), fp16 with a gradient scaler on older GPUs (a T4, Colab's free
+    GPU, has fast fp16 and no fast bf16) and fp32 elsewhere, the CPU included. Asking for
+    ``"bf16"`` or ``"fp16"`` explicitly works on the CPU too (slowly: for tests and curiosity).
+
+    Example:
+        >>> resolve_precision("auto", "cpu"), resolve_precision("bf16", "cpu")
+        ('fp32', 'bf16')
+
+    See chapter: Real photos on a GPU.
+    """
+    _checks.choice("precision", precision, PRECISIONS)
+    device = _checks.device("device", device)
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
+    return "fp32"
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module,
+    images: torch.Tensor,
+    *,
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+    precision: str = "fp32",
+) -> torch.Tensor:
+    """Class probabilities of ``images`` (B, C, H, W): (B, n_cls) on the CPU, model in eval mode.
+
+    The model is switched to eval mode (dropout off) and stays there. ``precision`` as in
+    :func:`fit` (``"auto"`` for mixed precision on a GPU); the probabilities are float32.
+
+    Raises:
+        TypeError / ValueError: images that are not a floating-point tensor or hold NaN or inf,
+            ``batch_size`` not a positive int, an unknown device or precision; a model whose
+            output is not (B, n_cls) logits (a softmax of (B, 1, n_cls) would be all ones).
+
+    Example:
+        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+        >>> probabilities = predict(model, torch.zeros(5, 1, 2, 2))
+        >>> probabilities.shape, torch.allclose(probabilities.sum(dim=1), torch.ones(5))
+        (torch.Size([5, 3]), True)
+
+    See chapter: Training and classification.
+    """
+    if not isinstance(images, torch.Tensor) or not torch.is_floating_point(images):
+        raise TypeError(
+            "images must be a floating-point tensor (B, C, H, W), got "
+            f"{getattr(images, 'dtype', type(images).__name__)}; convert with .float()."
+        )
+    _checks.finite("images", images)
+    _checks.integer("batch_size", batch_size, minimum=1, fix="use e.g. batch_size=256")
+    device = _device(model, device)
+    precision = resolve_precision(precision, device)
+    return _probabilities(model, images, batch_size, device, precision).cpu()
+
+
+def _probabilities(
+    model: nn.Module, images: torch.Tensor, batch_size: int, device: torch.device, precision: str
+) -> torch.Tensor:
+    """(B, n_cls) float32 probabilities on ``device``, unchecked: the callers check."""
+    model.eval()
+    chunks = []
+    with torch.no_grad(), autocast(device, precision):
+        for chunk in images.split(batch_size):
+            logits = logits_of(model(chunk.to(device)))  # (b, n_cls); a tuple's mean
+            _logit_rows(logits, len(chunk))
+            chunks.append((logits if precision == "fp32" else logits.float()).softmax(dim=1))
+    return torch.cat(chunks)  # (B, n_cls)
+
+
+def _logit_rows(logits: object, images: int) -> None:
+    """(images, n_cls) logits, else a ValueError: a softmax over dim 1 of (B, 1, n_cls) logits
+    is all ones. A check of shapes only, so it costs no GPU sync."""
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or len(logits) != images:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(
+            f"the model returned {shape} for {images} images; predicting needs (B, n_cls) "
+            "logits, one row per image. End the model with a Linear layer to n_cls classes, "
+            "or drop an extra axis in its forward (logits[:, 0] for (B, 1, n_cls))."
+        )
+
+
+def evaluate(
+    model: nn.Module,
+    data: Data,
+    *,
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+    precision: str = "fp32",
+) -> float:
+    """Accuracy of ``model`` on ``data = (images (B, C, H, W), labels (B,))``, in [0, 1].
+
+    A prediction is the class of the largest logit; the model is left in eval mode.
+    ``precision`` as in :func:`predict`.
+
+    Raises:
+        TypeError / ValueError: as :func:`predict`, and labels that are not a (B,) int64 tensor
+            of class indices ``0 .. n_cls-1`` (n_cls from the model's config or its logits).
+
+    Example:
+        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(1, 2))
+        >>> with torch.no_grad():
+        ...     _ = model[1].weight.copy_(torch.tensor([[-1.0], [1.0]]))
+        ...     _ = model[1].bias.zero_()
+        >>> images = torch.tensor([-2.0, -1.0, 1.0, 2.0]).reshape(4, 1, 1, 1)
+        >>> evaluate(model, (images, torch.tensor([0, 0, 1, 0])))
+        0.75
+
+    See chapter: Training and classification.
+    """
+    images, labels = _checks.labelled_data("data", data, _num_classes(_model(model)))
+    probabilities = predict(
+        model, images, batch_size=batch_size, device=device, precision=precision
+    )  # (B, n_cls)
+    _checks.labels("data labels", labels, probabilities.shape[1])
+    predicted = probabilities.argmax(dim=1)
+    return (predicted == labels).float().mean().item()
+
+
+class Evaluator:
+    """``fit``'s accuracy on ``eval_data`` after each epoch.
+
+    The labels are checked once, at the first call, against the logits' width: the model's
+    number of classes, with or without a config (an ``nn.Sequential`` has none).
+
+    See chapter: Training and classification.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data: Data | None,
+        batch_size: int,
+        device: torch.device,
+        precision: str,
+    ) -> None:
+        self.model, self.data, self.batch_size = model, data, batch_size
+        self.device, self.precision, self.checked = device, precision, False
+
+    def __call__(self) -> float:
+        images, labels = self.data
+        probabilities = _probabilities(
+            self.model, images, self.batch_size, self.device, self.precision
+        )  # (B, n_cls)
+        if not self.checked:
+            _checks.labels("eval_data labels", labels, probabilities.shape[1])
+            self.checked = True
+        predicted = probabilities.argmax(dim=1)
+        return (predicted == labels.to(self.device)).float().mean().item()

@@ -1,0 +1,39 @@
+"""Interactive figures: live sliders in a kernel, kernel-free sliders in the HTML book.
+
+- :mod:`vitbook.widgets.explorers`: the book's explorers (``from vitbook.widgets import ...``).
+- :mod:`vitbook.widgets.explorer`: ``explore`` and ``Explorer``, the one call behind them, with
+  :mod:`vitbook.widgets._panels` and :mod:`vitbook.widgets._static_page` for the page's version.
+- :mod:`vitbook.widgets.playground`: the trained digits ViT running in the page while you draw.
+
+Imported only on demand: ``import vitbook`` never imports ipywidgets.
+
+See chapter: How the interactive figures work.
+"""
+
+from vitbook.widgets.explorers import (
+    MAX_FRAMES,
+    DigitPlayground,
+    Explorer,
+    Param,
+    attention_explorer,
+    axial_reach_explorer,
+    digit_playground,
+    explore,
+    patch_explorer,
+    position_similarity_explorer,
+    sincos_explorer,
+)
+
+__all__ = [
+    "MAX_FRAMES",
+    "DigitPlayground",
+    "Explorer",
+    "Param",
+    "attention_explorer",
+    "axial_reach_explorer",
+    "digit_playground",
+    "explore",
+    "patch_explorer",
+    "position_similarity_explorer",
+    "sincos_explorer",
+]

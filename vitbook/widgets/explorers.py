@@ -1,0 +1,411 @@
+"""Interactive figures: live sliders in a kernel, kernel-free sliders in the HTML book.
+
+One call in a notebook, ``explore(plot_fn, name=values, ...)``, gives a figure with a control for
+each parameter: a slider when the values are numbers (or anything else), a drop-down menu when
+they are strings. ``plot_fn(**values)`` draws one figure and returns it; :func:`explore` calls it
+for the values that the controls show.
+
+**How one object works in three places.** Displaying an :class:`Explorer` produces one output, a
+MIME bundle with two representations of the same figure:
+
+* ``application/vnd.jupyter.widget-view+json``: live core ipywidgets, a ``SelectionSlider`` or a
+  ``Dropdown`` per parameter above an ``Image``. Moving a control calls ``plot_fn`` in the kernel
+  and replaces the picture (rendered to PNG here, so no matplotlib backend is needed). Notebook
+  front ends with a widget manager (JupyterLab, Notebook, VS Code, Colab) rank this representation
+  first. The widget-view dictionary is written out by hand, the same for ipywidgets 7 (Colab)
+  and 8.
+* ``text/html``: the static figure for the HTML book. At build time every combination of values is
+  drawn once and cut into one picture per panel (``vitbook.widgets._panels``), each a
+  palette-quantised PNG stored as a ``data:`` URI in a JSON block of the page (a panel that repeats
+  across frames once), next to plain ``<input type="range">`` and ``<select>`` controls and a few
+  dozen lines of inline JavaScript that show the pictures for the current controls. The panels sit
+  side by side as drawn on a desktop and wrap in a phone's column, so that a panel a control changes
+  is always in view. No CDN, no script or style from anywhere else, no request of any kind: the
+  page works from disk with the network unplugged. The book's ``_config.yml`` tells the HTML
+  builder to prefer ``text/html`` over the widget view (``nb_mime_priority_overrides``) and not
+  to load the ipywidgets manager and require.js from a CDN (``nb_ipywidgets_js: {}``); the
+  book's Sphinx extension ``book/_ext/offline_book.py`` drops the saved widget state that
+  nothing would read.
+
+In Colab the static frames are skipped (``"google.colab" in sys.modules``): Colab shows the live
+widget, and drawing every frame would only cost time. Without a front end (nbval, a script), both
+representations are built and nothing is shown. At most :data:`MAX_FRAMES` combinations are
+allowed, which keeps a page with several figures under 5 MB.
+
+The machinery lives in :mod:`vitbook.widgets.explorer` (:func:`explore`, :class:`Explorer`) and
+``vitbook.widgets._static_page`` (the HTML and its script); this module re-exports it and adds the
+figures that the chapters use: :func:`patch_explorer`, :func:`sincos_explorer`,
+:func:`position_similarity_explorer`, :func:`attention_explorer` and
+:func:`axial_reach_explorer`, each drawn by a function of :mod:`vitbook.plotting`. ipywidgets is
+imported only when a live widget is built; ``import vitbook`` never imports it.
+
+See chapter: How the interactive figures work.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from vitbook import _checks, plotting
+from vitbook.positional import LearnedPositionEmbedding, sincos_1d, sincos_2d
+from vitbook.widgets.explorer import MAX_FRAMES, Explorer, Param, explore
+from vitbook.widgets.playground import DigitPlayground, digit_playground
+
+__all__ = [
+    "MAX_FRAMES",
+    "DigitPlayground",
+    "Explorer",
+    "Param",
+    "attention_explorer",
+    "axial_reach_explorer",
+    "digit_playground",
+    "explore",
+    "patch_explorer",
+    "position_similarity_explorer",
+    "sincos_explorer",
+]
+
+
+def _controls(plot_fn, values: dict[str, object], **options: object) -> Explorer:
+    """:func:`explore` with one control per parameter of ``values`` that has 2 or more values.
+
+    A parameter with a single value (the layer of a one-block model, say) is passed to
+    ``plot_fn`` as a constant instead of becoming a control that cannot move. ``options`` go to
+    :func:`explore` (labels, defaults).
+    """
+    fixed, varying = {}, {}
+    for name, given in values.items():
+        listed = list(given.items()) if isinstance(given, dict) else None
+        if listed is not None and len(listed) == 1:
+            fixed[name] = listed[0][1]
+        elif listed is None and len(given := list(given)) == 1:
+            fixed[name] = given[0]
+        else:
+            varying[name] = given
+    if not fixed:
+        return explore(plot_fn, **options, **varying)
+
+    def draw(**chosen: object) -> Figure:
+        return plot_fn(**chosen, **fixed)
+
+    draw.__name__, draw.__doc__ = plot_fn.__name__, plot_fn.__doc__
+    for key in ("labels", "defaults"):
+        options[key] = {k: v for k, v in dict(options.get(key) or {}).items() if k in varying}
+    return explore(draw, **options, **varying)
+
+
+def _grid_queries(gh: int, gw: int, queries: object, most: int) -> dict[str, object]:
+    """The ``query`` slider's values and default: the given patches, or every patch up to ``most``.
+
+    Returns keyword arguments for :func:`explore`: ``{"query": {label: index}}`` and a default,
+    the offered patch nearest the centre of the grid.
+    """
+    if queries is None and gh * gw <= most:
+        queries = range(gh * gw)
+    elif queries is None:  # evenly spread rows and columns, corners included
+        step = max(1.0, math.sqrt(gh * gw / most))
+        rows = np.linspace(0, gh - 1, max(1, round(gh / step))).round().astype(int)
+        cols = np.linspace(0, gw - 1, max(1, round(gw / step))).round().astype(int)
+        queries = [int(r * gw + c) for r in sorted(set(rows)) for c in sorted(set(cols))]
+    chosen = {}
+    for k in itertools.islice(queries, MAX_FRAMES + 1):  # an endless iterator is cut here
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < gh * gw:
+            raise ValueError(
+                f"query patch {k!r} is not on the {gh}x{gw} grid; use 0 .. {gh * gw - 1} "
+                "(row-major: k = row * Gw + column)."
+            )
+        chosen[f"{int(k)} (row {k // gw}, col {k % gw})"] = int(k)
+    if not chosen:
+        raise ValueError("queries is empty; pass at least one patch index, e.g. queries=[0].")
+    centre = min(
+        chosen.values(),
+        key=lambda k: ((k // gw - (gh - 1) / 2) ** 2 + (k % gw - (gw - 1) / 2) ** 2, k),
+    )
+    return {"query": chosen, "defaults": {"query": centre}}
+
+
+def patch_explorer(
+    image: torch.Tensor, patch_sizes: object = None, *, num_shown: int = 10
+) -> Explorer:
+    """The image cut into patches, the patch size on a slider (see ``plot_patch_grid``).
+
+    Args:
+        image: (C, H, W) float in [0, 1].
+        patch_sizes: the values of P to offer; each must divide H and W. Default: every divisor of
+            both that gives a grid of 2 to 32 patches per side.
+        num_shown: patches of the sequence drawn under the image.
+
+    Raises:
+        TypeError / ValueError: an image that is not (C, H, W) float, patch sizes that do not
+            divide H and W, ``num_shown`` not a positive int.
+
+    Example:
+        >>> from vitbook.data import sample_image
+        >>> patch_explorer(sample_image(size=224))
+        Explorer(plot_patch_grid; patch_size: 8 values; 8 frames)
+
+    See chapter: Images as sequences of patches.
+    """
+    image = _checks.tensor("image", image, 3, "(C, H, W)")
+    _checks.positive_int("num_shown", num_shown)
+    h, w = image.shape[-2:]
+    if patch_sizes is None:
+        patch_sizes = [
+            p
+            for p in range(1, min(h, w) + 1)
+            if h % p == 0 and w % p == 0 and min(h, w) // p >= 2 and max(h, w) // p <= 32
+        ]
+
+    def plot_patch_grid(patch_size: int) -> Figure:
+        """The image cut into patches, and the start of the sequence of patches"""
+        return plotting.plot_patch_grid(image, patch_size, num_shown=num_shown)
+
+    explorer = explore(
+        plot_patch_grid, patch_size=patch_sizes, labels={"patch_size": "patch size P"}
+    )
+    for _, size in explorer.params[0].options:
+        _checks.positive_int("patch_size", size)
+        _checks.multiple_of("image height", h, "patch_size", size)
+        _checks.multiple_of("image width", w, "patch_size", size)
+    return explorer
+
+
+def sincos_explorer(
+    positions: object = range(0, 64, 4),
+    dimensions: object = (0, 1, 10, 11, 40, 41),
+    bases: object = (100, 10000),
+    *,
+    num_positions: int = 64,
+    dim: int = 64,
+) -> Explorer:
+    """The 1D sine-cosine encoding: a position, a channel and the base on controls.
+
+    Draws :func:`vitbook.plotting.plot_sincos`; the defaults give 16 x 6 x 2 = 192 frames: every
+    fourth position, so that a step of the slider moves the marked row by 4. A single channel or
+    base is fixed instead of becoming a control that cannot move.
+
+    Raises:
+        TypeError / ValueError: a position outside 0 .. num_positions - 1, a channel outside
+            0 .. dim - 1, a base that is not a number above 1, or sizes that are not positive.
+
+    Example:
+        >>> sincos_explorer()
+        Explorer(plot_sincos; position: 16 values, dimension: 6 values, base: 2 values; 192 frames)
+
+    See chapter: Positional encodings.
+    """
+
+    sincos_1d(num_positions, dim)  # checks both sizes (dim even) before any value is offered
+    positions = _checks.indices("positions", positions, num_positions, "positions", most=MAX_FRAMES)
+    dimensions = _checks.indices("dimensions", dimensions, dim, "channels", most=MAX_FRAMES)
+    if isinstance(bases, (list, tuple, range)):
+        for base in bases:
+            _checks.real("base", base, low=1, open_low=True, fix="the usual value is 10000")
+
+    def plot_sincos(position: int, dimension: int, base: float) -> Figure:
+        """The sine-cosine table with one position and one channel marked"""
+        return plotting.plot_sincos(
+            position, dimension, base=base, num_positions=num_positions, dim=dim
+        )
+
+    return _controls(  # a single base (or channel) is fixed, not a control
+        plot_sincos,
+        {"position": positions, "dimension": dimensions, "base": bases},
+        labels={"dimension": "channel"},
+    )
+
+
+def position_similarity_explorer(
+    grid_size: int | tuple[int, int] = (7, 7),
+    dim: int = 64,
+    *,
+    learned: torch.Tensor | None = None,
+    queries: object = None,
+    seed: int = 0,
+) -> Explorer:
+    """Similarity of one patch's position embedding to all others, for three kinds of embedding.
+
+    A drop-down menu picks the embedding: learned, 1D sine-cosine over the row-major patch index,
+    or 2D sine-cosine over (row, column); a slider picks the query patch. Each embedding has one
+    colour scale for all its queries, from its lowest similarity (rounded down to 0.1) to 1,
+    stated on the colour bar. See :func:`vitbook.plotting.plot_position_similarity`.
+
+    Args:
+        grid_size: (Gh, Gw) or G.
+        dim: D, a multiple of 4.
+        learned: (Gh * Gw, D) learned embeddings (a trained model's ``pos_embed[0, 1:]``); by
+            default a freshly initialised :class:`vitbook.LearnedPositionEmbedding`, seeded.
+        queries: patch indices to offer; default: every patch of grids up to 64 patches, else a
+            coarse sub-grid of about 64.
+        seed: the seed of the freshly initialised embedding.
+
+    Raises:
+        TypeError / ValueError: a grid or ``dim`` that is not positive (``dim`` a multiple of
+            4), a ``learned`` table that is not (Gh * Gw, D), query patches off the grid.
+
+    Example:
+        >>> position_similarity_explorer((3, 4), 16)
+        Explorer(plot_position_similarity; embedding: 3 values, query: 12 values; 36 frames)
+
+    See chapter: Positional encodings.
+    """
+    gh, gw = _checks.pair("grid_size", grid_size)
+    if learned is None:
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        learned, name = LearnedPositionEmbedding(gh * gw, dim).weight[0], "learned (random init)"
+        torch.random.set_rng_state(generator_state)
+    else:
+        learned, name = _checks.tensor("learned", learned, 2, "(Gh * Gw, D)"), "learned"
+        if tuple(learned.shape) != (gh * gw, dim):
+            raise ValueError(
+                f"learned has shape {tuple(learned.shape)}, but grid_size=({gh}, {gw}) and "
+                f"dim={dim} need ({gh * gw}, {dim}): one row per patch; pass pos_embed[0, 1:] "
+                "of a model with this grid, and its embed_dim as dim."
+            )
+    embeddings = {
+        name: learned.detach(),
+        "sin-cos 1D (patch index)": sincos_1d(gh * gw, dim),
+        "sin-cos 2D (row, column)": sincos_2d((gh, gw), dim),
+    }
+
+    scales = {}
+    for kind, table in embeddings.items():  # one colour scale per embedding, for every query
+        unit = torch.nn.functional.normalize(table.float(), dim=1)
+        lowest = float((unit @ unit.T).min())
+        scales[kind] = (math.floor(lowest * 10) / 10, 1.0)
+
+    def plot_position_similarity(embedding: str, query: int) -> Figure:
+        """Cosine similarity of one patch's position embedding to every patch's"""
+        vmin, vmax = scales[embedding]
+        return plotting.plot_position_similarity(
+            embeddings[embedding],
+            (gh, gw),
+            query,
+            title=embedding.split(" (")[0],
+            vmin=vmin,
+            vmax=vmax,
+        )
+
+    query = _grid_queries(gh, gw, queries, most=64)
+    query["defaults"]["embedding"] = "sin-cos 2D (row, column)"
+    return _controls(
+        plot_position_similarity,
+        {"embedding": list(embeddings), "query": query["query"]},
+        labels={"query": "query patch"},
+        defaults=query["defaults"],
+    )
+
+
+def attention_explorer(
+    model: torch.nn.Module,
+    image: torch.Tensor,
+    *,
+    layers: object = None,
+    heads: object = None,
+    queries: object = None,
+) -> Explorer:
+    """Attention maps of a :class:`vitbook.VisionTransformer`: layer, head and query patch.
+
+    Runs ``model.forward_with_attention`` once on the image and shows, for the chosen layer, head
+    and query patch, the query's attention weights over the patches (the class-token key left
+    out), beside the image. See :func:`vitbook.plotting.plot_attention_map`.
+
+    Args:
+        model: a :class:`vitbook.VisionTransformer` (its ``config`` gives the patch grid).
+        image: (C, H, W) float, the size the model was built for.
+        layers, heads: indices to offer; default: all. One value fixes it (no control).
+        queries: patch indices to offer; default: every patch of grids up to 64 patches, else a
+            coarse sub-grid of about 64.
+
+    Every frame shares one colour scale, from 0 to the largest weight among the rows offered.
+
+    Raises:
+        TypeError / ValueError: a model that is not a vitbook ViT, an image it refuses (see
+            :class:`vitbook.VisionTransformer`), layers, heads or query patches out of range.
+
+    Example:
+        >>> from vitbook import VisionTransformer, ViTConfig
+        >>> cfg = ViTConfig(img_size=32, patch_size=8, embed_dim=24, depth=2, num_heads=3)
+        >>> attention_explorer(VisionTransformer(cfg), torch.rand(3, 32, 32), queries=[0, 5])
+        Explorer(plot_attention; layer: 2 values, head: 3 values, query: 2 values; 12 frames)
+
+    See chapter: Multi-head attention.
+    """
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(model, "forward_with_attention"):
+        raise TypeError(f"model must be a vitbook.VisionTransformer, got {type(model).__name__}.")
+    image = _checks.tensor("image", image, 3, "(C, H, W)")
+    if layers is not None:
+        layers = _checks.indices("layers", layers, cfg.depth, "layers", most=MAX_FRAMES)
+    if heads is not None:
+        heads = _checks.indices("heads", heads, cfg.num_heads, "heads", most=MAX_FRAMES)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        _, attention = model.forward_with_attention(image[None])  # [(1, Nh, N, N)] * depth
+    model.train(was_training)
+    gh, gw = cfg.grid_size
+    prefix = cfg.num_prefix_tokens
+
+    layers = list(range(cfg.depth) if layers is None else layers)
+    heads = list(range(cfg.num_heads) if heads is None else heads)
+    query = _grid_queries(gh, gw, queries, most=64)
+    rows = torch.stack(  # (layers, heads, queries, Gh * Gw): every row that a frame can show
+        [
+            torch.stack([attention[i][0, h, prefix + q, prefix:] for q in query["query"].values()])
+            for i in layers
+            for h in heads
+        ]
+    )
+    vmax = float(rows.max())
+
+    def plot_attention(layer: int, head: int, query: int) -> Figure:
+        """Where one query patch looks: its attention weights over the patches"""
+        row = attention[layer][0, head, prefix + query, prefix:]  # (Gh * Gw,) over patch keys
+        return plotting.plot_attention_map(
+            image, row.reshape(gh, gw), query, title=f"layer {layer}, head {head}", vmax=vmax
+        )
+
+    return _controls(
+        plot_attention,
+        {"layer": layers, "head": heads, "query": query["query"]},
+        labels={"query": "query patch"},
+        defaults=query["defaults"],
+    )
+
+
+def axial_reach_explorer(
+    grid_size: int | tuple[int, int] = (6, 8), queries: object = None
+) -> Explorer:
+    """Which patches reach a query patch: full attention versus one and two axial layers.
+
+    See :func:`vitbook.plotting.plot_axial_reach`.
+
+    Args:
+        grid_size: (Gh, Gw) or G.
+        queries: patch indices to offer; default: every patch of grids up to 64 patches.
+
+    Raises:
+        TypeError / ValueError: a grid that is not positive, query patches off the grid.
+
+    Example:
+        >>> axial_reach_explorer((3, 5))
+        Explorer(plot_axial_reach; query: 15 values; 15 frames)
+
+    See chapter: The cost of attention and axial attention.
+    """
+    gh, gw = _checks.pair("grid_size", grid_size)
+
+    def plot_axial_reach(query: int) -> Figure:
+        """Which patches reach the query: full attention, a row layer, a row then a column layer"""
+        return plotting.plot_axial_reach((gh, gw), query)
+
+    return explore(
+        plot_axial_reach, labels={"query": "query patch"}, **_grid_queries(gh, gw, queries, most=64)
+    )
