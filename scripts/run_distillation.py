@@ -48,20 +48,16 @@ OMP_NUM_THREADS=1.
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import os
-import platform
-import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy
 import torch
 
 from vitbook import _files
+from vitbook.studies import provenance
 from vitbook.studies.distill_digits import (
     DISTILLATION,
     FRACTION,
@@ -75,7 +71,7 @@ from vitbook.studies.distill_digits import (
     run_one,
     save_teacher,
 )
-from vitbook.studies.experiments import CNN_CHANNELS, RECIPE, _cpu_capability, _cpu_model_name
+from vitbook.studies.experiments import CNN_CHANNELS, RECIPE
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "runs"
@@ -86,8 +82,6 @@ SHARES = ("validation_accuracy", "test_accuracy", "teacher_agreement", "class_he
           "distillation_head_accuracy", "head_agreement")  # fmt: skip
 # The variables that choose torch's CPU kernels, recorded when set (and OMP_NUM_THREADS, which
 # does not change the runs' arithmetic: they train on one thread whatever it says).
-KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-RECORDED_VARIABLES = (*KERNEL_VARIABLES, "OMP_NUM_THREADS")
 # What a provenance entry must name: the arithmetic that made its runs.
 MACHINE = ("torch", "python", "cpu", "cpu_capability")
 
@@ -98,22 +92,6 @@ class NotTogether(ValueError):
 
 def _log(*parts: object) -> None:
     print(*parts, flush=True)
-
-
-def _git(*args: str) -> str:
-    try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=ROOT)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _command() -> str:
-    return "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def _constants() -> dict:
@@ -129,33 +107,19 @@ def _constants() -> dict:
 
 
 def _provenance(settings: list[str], seeds: list[int]) -> dict:
-    return {
-        "command": _command(),
-        "date": _now(),
-        "settings_run": settings,
-        "seeds": seeds,
-        "git_commit": _git("rev-parse", "HEAD"),
-        "uncommitted_changes": _git("status", "--porcelain", "--untracked-files=no") != "",
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "platform": platform.platform(),
-        "cpu": _cpu_model_name(),
-        "cpu_capability": _cpu_capability(),
-        "kernel_variables": {k: os.environ[k] for k in RECORDED_VARIABLES if k in os.environ},
-        "cpu_count": os.cpu_count(),
-        "torch_threads": 1,
-        "deterministic_algorithms": True,
-        "load_average_start_end": [round(os.getloadavg()[0], 2)],
-        "wall_seconds": None,  # filled in when the process ends
-        "note": "seconds are wall-clock on a shared machine (see the load average); compare "
-        "them within one run of the script only",
-    }
+    return provenance.cpu_run(
+        ROOT, settings_run=settings, seeds=seeds,
+        load_average_start_end=[round(os.getloadavg()[0], 2)],
+        wall_seconds=None,  # filled in when the process ends
+        note="seconds are wall-clock on a shared machine (see the load average); compare them "
+        "within one run of the script only",
+    )  # fmt: skip
 
 
 def _machine(entry: dict) -> tuple:
     """What decides a run's arithmetic: torch, Python, the CPU, its capability, the kernels."""
-    kernels = {k: v for k, v in entry.get("kernel_variables", {}).items() if k in KERNEL_VARIABLES}
+    variables = entry.get("kernel_variables", {})
+    kernels = {k: v for k, v in variables.items() if k in provenance.KERNEL_VARIABLES}
     return (*(entry[key] for key in MACHINE), tuple(sorted(kernels.items())))
 
 
@@ -311,7 +275,8 @@ def run(
                 if label == teacher_label:
                     teachers[seed][kind] = model
             if teacher_path is not None and label == TEACHERS["cnn"] and seed == 0:
-                save_teacher(model, teacher_path, seed="0", commit=_git("rev-parse", "HEAD"),
+                commit = provenance.git("rev-parse", "HEAD", where=ROOT)
+                save_teacher(model, teacher_path, seed="0", commit=commit,
                              validation_accuracy=str(one["validation_accuracy"]),
                              test_accuracy=str(one["test_accuracy"]))  # fmt: skip
                 _log(f"wrote {teacher_path}")
@@ -361,7 +326,7 @@ def merge(paths: list[Path], out: Path, *, allow_mixed: bool = False) -> None:
             joined["joins"].append({"command": part["merge_command"]})
     joined["runs"] = _ordered(joined["runs"])
     joined["settings"] = _settings_of(joined["runs"])
-    joined["joins"].append({"command": _command(), "date": _now(),
+    joined["joins"].append({"command": provenance.command(), "date": provenance.now(),
                             "files": [str(path) for path in paths], "allow_mixed": allow_mixed})
     _files.write_json(out, joined)
     _log(f"wrote {out}: settings {list(joined['runs'])}")
@@ -376,8 +341,9 @@ def check(settings: list[str], seeds: list[int], path: Path) -> int:
         for seed in seeds:
             stored, rerun = reproduce(results, label, seed)
             made_by = results["provenance"][stored.get("process", 0)]
+            here = f"{provenance.cpu_model_name()} ({provenance.cpu_capability()})"
             _log(f"{label!r} seed {seed} was made on {made_by['cpu']} ({made_by['cpu_capability']}"
-                 f"); this is {_cpu_model_name()} ({_cpu_capability()})")  # fmt: skip
+                 f"); this is {here}")  # fmt: skip
             for metric in CHECK_METRICS:
                 if metric not in stored:
                     continue

@@ -34,27 +34,20 @@ measure that depends much less on it, the fastest of 30 training steps for each 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy
-import torch
-
 from vitbook import _files
+from vitbook.studies import provenance
 from vitbook.studies.experiments import (
     BASE_VIT,
     CNN_CHANNELS,
     EXPERIMENTS,
     RECIPE,
     RESULTS_PATH,
-    _cpu_capability,
-    _cpu_model_name,
     load_results,
     reproduce,
     run_one,
@@ -70,17 +63,6 @@ CHECK_TOLERANCE = {
 }
 
 
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-            cwd=Path(__file__).resolve().parent,
-        )  # fmt: skip
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _key(setting: dict[str, object]) -> str:
     """What determines a run: the full model fields, the training fraction, the augmentation."""
     if setting.get("model") == "cnn":
@@ -93,26 +75,12 @@ def _key(setting: dict[str, object]) -> str:
 
 
 def _provenance(names: list[str], seeds: list[int], seconds: float, load: list[float]) -> dict:
-    return {
-        "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "experiments_run": names,
-        "seeds": seeds,
-        "git_commit": _git_commit(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "platform": platform.platform(),
-        "cpu": _cpu_model_name(),
-        "cpu_capability": _cpu_capability(),  # AVX2 or AVX-512 kernels round differently
-        "cpu_count": os.cpu_count(),
-        "torch_threads": 1,
-        "deterministic_algorithms": True,
-        "load_average_start_end": [round(value, 2) for value in load],
-        "wall_seconds": round(seconds, 1),
-        "note": "seconds are wall-clock on a shared machine (see the load average); compare "
-        "them within one experiment only",
-    }
+    return provenance.cpu_run(
+        Path(__file__).parent, experiments_run=names, seeds=seeds,
+        load_average_start_end=[round(value, 2) for value in load], wall_seconds=round(seconds, 1),
+        note="seconds are wall-clock on a shared machine (see the load average); compare them "
+        "within one experiment only",
+    )  # fmt: skip
 
 
 def run(names: list[str], seeds: list[int], out: Path) -> None:

@@ -34,23 +34,17 @@ earlier one's (the file lists what replaced what):
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy
-import torch
-
 from vitbook import _files
 from vitbook.pretrained.checkpoints import save_model
-from vitbook.studies.experiments import _cpu_capability, _cpu_model_name
+from vitbook.studies import provenance
 from vitbook.studies.transfer_digits import (
     HIGH_RES,
     HIGH_RES_SETTINGS,
@@ -76,38 +70,13 @@ from vitbook.studies.transfer_digits import (
 CHECK_METRICS = ("val_accuracy", "train_loss", "test_accuracy")
 
 
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-            cwd=Path(__file__).resolve().parent,
-        )  # fmt: skip
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _provenance(settings: list[str], seeds: list[int], seconds: float, load: list[float]) -> dict:
-    return {
-        "command": "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "settings_run": settings,
-        "seeds": seeds,
-        "git_commit": _git_commit(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "platform": platform.platform(),
-        "cpu": _cpu_model_name(),
-        "cpu_capability": _cpu_capability(),  # AVX2 or AVX-512 kernels round differently
-        "cpu_count": os.cpu_count(),
-        "torch_threads": 1,
-        "deterministic_algorithms": True,
-        "load_average_start_end": [round(value, 2) for value in load],
-        "wall_seconds": round(seconds, 1),
-        "note": "seconds are wall-clock on a shared machine (see the load average); compare "
-        "them within one run of the script only",
-    }
+    return provenance.cpu_run(
+        Path(__file__).parent, settings_run=settings, seeds=seeds,
+        load_average_start_end=[round(value, 2) for value in load], wall_seconds=round(seconds, 1),
+        note="seconds are wall-clock on a shared machine (see the load average); compare them "
+        "within one run of the script only",
+    )  # fmt: skip
 
 
 def _constants() -> dict:

@@ -93,6 +93,7 @@ from vitbook.data.cifar import (
     cifar10_standin,
     load_cifar10,
 )
+from vitbook.studies import provenance as provenance_of
 from vitbook.studies import records
 from vitbook.studies.ladder import (
     BASE,
@@ -346,17 +347,12 @@ def compiles(args, device: torch.device) -> bool:
 
 
 def provenance(args, splits: ImageSplits, processes: int, device: torch.device) -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True, cwd=Path(__file__).parent).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {
-        "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+        "command": provenance_of.command(),
         "processes": processes,
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "git_commit": commit,
+        "date": provenance_of.now(),
+        "git_commit": provenance_of.git("rev-parse", "HEAD", where=Path(__file__).parent),
         "device": gpu or f"CPU ({platform.processor() or platform.machine()})",
         "gpu": gpu,
         "torch": torch.__version__,

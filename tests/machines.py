@@ -13,12 +13,11 @@ run as if on an AMD EPYC and as if on an Intel Xeon on whatever CPU it really ru
 from __future__ import annotations
 
 import platform
-from types import ModuleType
 
 import pytest
 import torch
 
-from vitbook.studies import experiments
+from vitbook.studies import provenance
 
 # Machines the checks are also run as (tests/test_machines.py): the two kinds a reader or a
 # cloud host most often has. Names as Linux's /proc/cpuinfo and torch report them.
@@ -32,7 +31,7 @@ CAPABILITIES = ("AVX2", "AVX512", "DEFAULT", "VSX", "ZVECTOR", "SVE256")
 
 def this_machine() -> tuple[str, str]:
     """``(cpu, cpu_capability)`` as the scripts record them here (or as :func:`pretend` set)."""
-    return experiments._cpu_model_name(), experiments._cpu_capability()
+    return provenance.cpu_model_name(), provenance.cpu_capability()
 
 
 def another_machine(here: tuple[str, str] | None = None) -> tuple[str, str]:
@@ -52,12 +51,9 @@ def made_here(entries: list[dict]) -> bool:
     )
 
 
-def pretend(
-    monkeypatch: pytest.MonkeyPatch, machine: tuple[str, str], *modules: ModuleType
-) -> None:
-    """Make ``vitbook.studies.experiments`` (and ``modules``, which imported its two functions by
-    name, a script loaded by a test say) report ``machine`` as this one, until the test ends."""
+def pretend(monkeypatch: pytest.MonkeyPatch, machine: tuple[str, str]) -> None:
+    """Make :mod:`vitbook.studies.provenance`, which every recording script asks, report
+    ``machine`` as this one until the test ends."""
     cpu, capability = machine
-    for module in (experiments, *modules):
-        monkeypatch.setattr(module, "_cpu_model_name", lambda: cpu)
-        monkeypatch.setattr(module, "_cpu_capability", lambda: capability)
+    monkeypatch.setattr(provenance, "cpu_model_name", lambda: cpu)
+    monkeypatch.setattr(provenance, "cpu_capability", lambda: capability)

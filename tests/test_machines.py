@@ -8,7 +8,7 @@ import pytest
 import torch
 from machines import FAKES, another_machine, made_here, pretend, this_machine
 
-from vitbook.studies import experiments
+from vitbook.studies import provenance
 
 
 def entry(cpu: str, capability: str | None) -> dict:
@@ -21,7 +21,7 @@ def test_another_machine_differs_from_the_one_the_code_sees(monkeypatch, faked):
     if faked is not None:
         pretend(monkeypatch, FAKES[faked])
         assert this_machine() == FAKES[faked]
-        assert experiments._cpu_model_name() == FAKES[faked][0]
+        assert provenance.cpu_model_name() == FAKES[faked][0]
     here = this_machine()
     other = another_machine()
     assert other[0] != here[0] and other[1] != here[1]

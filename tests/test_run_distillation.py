@@ -103,10 +103,10 @@ def test_runs_of_another_machine_join_only_when_allowed(tmp_path, one_epoch, scr
     """'Another machine' is derived from the one the script sees, so the test means the same on
     an AMD EPYC, an Intel Xeon or any other CPU; it runs as this machine and as both fakes."""
     if faked is not None:
-        pretend(monkeypatch, FAKES[faked], script)
+        pretend(monkeypatch, FAKES[faked])
     recorded = tmp_path / "a.json"
     script.run(["CNN teacher"], [0, 1], recorded)
-    here = (script._cpu_model_name(), script._cpu_capability())
+    here = (script.provenance.cpu_model_name(), script.provenance.cpu_capability())
     assert [(e["cpu"], e["cpu_capability"]) for e in load_results(recorded)["provenance"]] == [
         here]  # fmt: skip
     cpu, capability = another_machine(here)

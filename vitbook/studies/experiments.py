@@ -47,7 +47,6 @@ See chapters: Training and classification; Positional encodings; Images as seque
 
 from __future__ import annotations
 
-import platform
 import time
 from pathlib import Path
 
@@ -60,6 +59,7 @@ from vitbook._files import ASSETS
 from vitbook.baselines import DigitsCNN
 from vitbook.data import load_digits_split
 from vitbook.studies import records
+from vitbook.studies.provenance import one_thread
 from vitbook.train import evaluate, fit, random_shift
 from vitbook.vit import VisionTransformer, ViTConfig
 
@@ -223,10 +223,7 @@ def run_one(setting: dict[str, object], seed: int) -> dict[str, object]:
         x_train, y_train = x_train[keep], y_train[keep]
     augment = AUGMENTS[str(setting.get("augment", RECIPE["augment"]))]
     recipe = {k: v for k, v in RECIPE.items() if k != "augment"}
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(1)  # one thread: the same float sums in the same order every run
-    torch.use_deterministic_algorithms(True)
-    try:
+    with one_thread():
         torch.manual_seed(seed)
         model = build_model(setting)
         start = time.perf_counter()
@@ -242,9 +239,6 @@ def run_one(setting: dict[str, object], seed: int) -> dict[str, object]:
         validation = evaluate(model, (x_val, y_val))
         moved = evaluate(model, (_moved_right(x_val), y_val))
         test = evaluate(model, (x_test, y_test))
-    finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
     return {
         "seed": seed,
         "validation_accuracy": round(validation, 6),
@@ -292,26 +286,6 @@ def time_training_step(setting: dict[str, object], *, repeats: int = 30) -> floa
     finally:
         torch.set_num_threads(threads)
     return min(times)
-
-
-def _cpu_model_name() -> str:
-    """The CPU's model name (Linux), for the provenance of timings and of exact re-runs."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _cpu_capability() -> str:
-    """The vector instructions torch's CPU kernels use here (``"AVX2"``, ``"AVX512"``, ...).
-
-    Two CPUs with one model name ("AMD EPYC") can differ in it, and kernels of different widths
-    round float sums differently: an exact re-run needs the same capability, not only the name.
-    """
-    return str(torch.backends.cpu.get_cpu_capability())
 
 
 def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:

@@ -56,6 +56,7 @@ from vitbook.pretrained.transfer import (
     freeze_body,
 )
 from vitbook.studies import records
+from vitbook.studies.provenance import one_thread
 from vitbook.train import evaluate, fit, random_shift
 from vitbook.vit import VisionTransformer, ViTConfig
 
@@ -230,19 +231,6 @@ def labelled_subset(labels: torch.Tensor, shots: str, seed: int) -> torch.Tensor
     return torch.cat(keep).sort().values
 
 
-class _OneThread:
-    """One CPU thread and deterministic algorithms inside the block, restored afterwards."""
-
-    def __enter__(self) -> None:
-        self.saved = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-        torch.set_num_threads(1)  # the same float sums in the same order on every run
-        torch.use_deterministic_algorithms(True)
-
-    def __exit__(self, *exc: object) -> None:
-        torch.set_num_threads(self.saved[0])
-        torch.use_deterministic_algorithms(self.saved[1])
-
-
 def pretrain(seed: int) -> tuple[VisionTransformer, dict[str, float]]:
     """Pre-train ``MODEL`` on the digits 0 to 4 with ``PRETRAIN_RECIPE`` and ``seed``.
 
@@ -253,7 +241,7 @@ def pretrain(seed: int) -> tuple[VisionTransformer, dict[str, float]]:
     See chapter: Fine-tuning a pretrained ViT.
     """
     data = load_transfer_data()
-    with _OneThread():
+    with one_thread():
         torch.manual_seed(seed)
         model = VisionTransformer(ViTConfig(**MODEL))
         start = time.perf_counter()
@@ -345,7 +333,7 @@ def train_one(
     steps = LONG_STEPS if setting.endswith(f", {LONG_STEPS} steps") else STEPS
     epochs = math.ceil(steps / steps_per_epoch)
     recipe = METHODS[setting.split(",")[0].split(" 12 px")[0]]
-    with _OneThread():
+    with one_thread():
         torch.manual_seed(seed)
         model = build(setting, pretrained)
         start = time.perf_counter()
@@ -372,7 +360,7 @@ def evaluate_test(model: nn.Module) -> float:
 
     See chapter: Fine-tuning a pretrained ViT.
     """
-    with _OneThread():
+    with one_thread():
         return round(evaluate(model, load_transfer_data().test), 6)
 
 

@@ -1,0 +1,128 @@
+"""Where a recorded run comes from: the machine, the software, the command; and how it is made
+reproducible (one thread, deterministic algorithms).
+
+Every recording script writes a ``provenance`` entry with each process's results: its command
+and date, the commit of the checkout, Python, torch and numpy, the CPU's model name and the
+vector instructions torch's kernels use there, the variables that cap those kernels, and the
+threads. :func:`cpu_run` makes that entry for the scripts that record on a CPU;
+``scripts/train_cifar10.py`` adds a GPU's own to :func:`command`, :func:`now` and :func:`git`.
+:func:`one_thread` is the block every recorded CPU run trains in: on the same machine and
+software, the same seed then gives the same numbers, bit for bit.
+
+See chapter: How the numbers were made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+__all__ = ["KERNEL_VARIABLES", "command", "cpu_capability", "cpu_model_name", "cpu_run", "git",
+           "now", "one_thread"]  # fmt: skip
+
+# The variables that choose torch's CPU kernels, recorded when set, and the threads (which do not
+# change a one-thread run's arithmetic, whatever they say).
+KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+RECORDED_VARIABLES = (*KERNEL_VARIABLES, "OMP_NUM_THREADS")
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name (Linux), for the provenance of timings and of exact re-runs."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_capability() -> str:
+    """The vector instructions torch's CPU kernels use here (``"AVX2"``, ``"AVX512"``, ...).
+
+    Two CPUs with one model name ("AMD EPYC") can differ in it, and kernels of different widths
+    round float sums differently: an exact re-run needs the same capability, not only the name.
+    """
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def git(*args: str, where: str | os.PathLike) -> str:
+    """``git args`` in the checkout holding ``where`` (a script's folder): its output, or
+    ``"unknown"`` outside a checkout or without git."""
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                             cwd=Path(where).resolve())  # fmt: skip
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def command() -> str:
+    """This process's command line, as one would type it again."""
+    return "python " + shlex.join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+
+
+def now() -> str:
+    """The date and time in UTC, to the second."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def cpu_run(where: str | os.PathLike, **fields: object) -> dict[str, object]:
+    """The provenance entry of a recording made on a CPU, in one thread with deterministic
+    algorithms: the command, the date, ``fields`` (what it ran), the commit of the checkout of
+    ``where``, the software and the machine.
+
+    Example:
+        >>> entry = cpu_run(".", seeds=[0, 1])
+        >>> entry["seeds"], entry["torch_threads"], entry["cpu_capability"] == cpu_capability()
+        ([0, 1], 1, True)
+    """
+    import numpy
+
+    return {
+        "command": command(),
+        "date": now(),
+        **fields,
+        "git_commit": git("rev-parse", "HEAD", where=where),
+        "uncommitted_changes": git("status", "--porcelain", "--untracked-files=no",
+                                   where=where) not in ("", "unknown"),  # fmt: skip
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "cpu": cpu_model_name(),
+        "cpu_capability": cpu_capability(),  # AVX2 or AVX-512 kernels round differently
+        "kernel_variables": {k: os.environ[k] for k in RECORDED_VARIABLES if k in os.environ},
+        "cpu_count": os.cpu_count(),
+        "torch_threads": 1,
+        "deterministic_algorithms": True,
+    }
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """One CPU thread and deterministic algorithms inside the block, restored afterwards: the
+    same float sums in the same order on every run.
+
+    Example:
+        >>> with one_thread():
+        ...     torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+        (1, True)
+    """
+    saved = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved[0])
+        torch.use_deterministic_algorithms(saved[1])
