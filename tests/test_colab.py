@@ -215,7 +215,7 @@ def test_directives_become_quotes_and_maths(chapter):
         "\n\n````{warning}\nKeep `{x}`.\n````\n\n```{math}\na^2\n```"
     )
     assert chapter.markdown(source) == (
-        f"> **Note**\n>\n> A [Notation and shapes]({chapter.book.site}book/notation.html) "
+        f"> **Note**\n>\n> A [Notation, shapes and glossary]({chapter.book.site}book/notation.html) "
         "note.\n>\n"
         "> ```python\n> x = 1\n> ```\n\n> **Warning**\n>\n> Keep `{x}`.\n\n$$\na^2\n$$"
     )
@@ -251,7 +251,9 @@ def test_captions_follow_their_figure_and_cell_magics_stay_first():
     assert [c["cell_type"] for c in out] == ["markdown", "code", "markdown", "code"]
     notation = f"{book.site}book/notation.html"
     chapter = colab.chapter_numbers()["book/attention"]
-    assert out[2]["source"] == f"**Fig. {chapter}.1:** A [Notation and shapes]({notation}) map"
+    assert out[2]["source"] == (
+        f"**Fig. {chapter}.1:** A [Notation, shapes and glossary]({notation}) map"
+    )
     assert out[3]["source"] == "%%time\n#@title Solution\nsolve()"
 
 
