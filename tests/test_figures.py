@@ -18,6 +18,15 @@ def make_figures():
     return module
 
 
+def test_the_intro_shows_the_pipeline_figure_as_a_captioned_2x_picture():
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    assert "```{figure} _static/pipeline.png\n" in intro
+    figure = intro.split("```{figure} _static/pipeline.png\n", 1)[1].split("\n```", 1)[0]
+    assert ":alt: " in figure and ":width: 680px" in figure  # drawn 6.8 in wide, shown 680 px
+    pixels = make_figures().pixels((ROOT / "book" / "_static" / "pipeline.png").read_bytes())
+    assert pixels.shape[1] == 2 * 680, "a 2x picture of a 680 px figure"
+
+
 def test_every_committed_figure_is_what_the_script_draws():
     figures = make_figures()
     for name, draw in figures.FIGURES.items():
