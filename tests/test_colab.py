@@ -215,8 +215,8 @@ def test_directives_become_quotes_and_maths(chapter):
         "\n\n````{warning}\nKeep `{x}`.\n````\n\n```{math}\na^2\n```"
     )
     assert chapter.markdown(source) == (
-        f"> **Note**\n>\n> A [Notation, shapes and glossary]({chapter.book.site}book/notation.html) "
-        "note.\n>\n"
+        "> **Note**\n>\n> A "
+        f"[Notation, shapes and glossary]({chapter.book.site}book/notation.html) note.\n>\n"
         "> ```python\n> x = 1\n> ```\n\n> **Warning**\n>\n> Keep `{x}`.\n\n$$\na^2\n$$"
     )
 
