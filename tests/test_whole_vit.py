@@ -13,7 +13,7 @@ from vitbook import VisionTransformer, ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_CELLS = ("patch-embed", "attention", "mlp", "block", "vit")  # the cells' ids, in order
-COPIES = {"book/full_model.ipynb": "whole-vit-model"}
+COPIES = {"book/full_model.ipynb": "whole-vit-model", "book/training.ipynb": "whole-vit-model"}
 
 
 def cells(notebook: str) -> dict[str, dict]:
