@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
-from matplotlib.patches import FancyBboxPatch
+from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from vitbook.plotting._draw import HIGHLIGHT, image_array
 from vitbook.plotting.style import book_figure, new_figure
@@ -79,6 +79,8 @@ def plot_pipeline(
         ax.plot([0, 1.9], [k * 1.9 / gh] * 2, color=grid_colour, lw=0.4)
     for k in range(1, gw):
         ax.plot([k * 1.9 / gw] * 2, [0, 1.9], color=grid_colour, lw=0.4)
+    # the image's edge, which a digit's white paper would not show
+    ax.add_patch(Rectangle((0, 0), 1.9, 1.9, fill=False, ec=grid_colour, lw=0.4))
     for i, (name, shape) in enumerate(stages):
         x = 0.95 if i == 0 else 2.85 + 1.95 * (i - 1)
         if i > 0:
