@@ -27,8 +27,9 @@ COLAB_INSTALL = re.compile(
 )
 FENCE = re.compile(r"^\s*(```|~~~|:::)")
 # The part of _toc.yml whose pages are chapters: each keeps a Common pitfalls and an Exercises
-# section. The front matter (notation), the appendix (the interactive figures) and the
-# bibliography are reference pages, not chapters, and have neither.
+# section. The first page (the intro), the appendix (comparing runs, how the numbers were made,
+# the notation and glossary, the interactive figures) and the bibliography are reference pages,
+# not chapters, and have neither.
 CHAPTER_PART = "Building a Vision Transformer"
 HEADING = re.compile(r"^(#{1,6}) (.+?)\s*$")
 PITFALL_BOX = re.compile(r"^\s*```\{admonition\} Common pitfall")

@@ -252,8 +252,8 @@ def test_directives_become_quotes_and_maths(chapter):
         "\n\n````{warning}\nKeep `{x}`.\n````\n\n```{math}\na^2\n```"
     )
     assert chapter.markdown(source) == (
-        f"> **Note**\n>\n> A [Notation and shapes]({chapter.book.site}book/notation.html) "
-        "note.\n>\n"
+        "> **Note**\n>\n> A "
+        f"[Notation, shapes and glossary]({chapter.book.site}book/notation.html) note.\n>\n"
         "> ```python\n> x = 1\n> ```\n\n> **Warning**\n>\n> Keep `{x}`.\n\n$$\na^2\n$$"
     )
 
@@ -302,7 +302,9 @@ def test_captions_follow_their_figure_and_cell_magics_stay_first():
     assert [c["cell_type"] for c in out] == kinds
     notation = f"{book.site}book/notation.html"
     chapter = colab.chapter_numbers()["book/attention"]
-    assert out[2]["source"] == f"**Fig. {chapter}.1:** A [Notation and shapes]({notation}) map"
+    assert out[2]["source"] == (
+        f"**Fig. {chapter}.1:** A [Notation, shapes and glossary]({notation}) map"
+    )
     assert out[3]["source"] == "%%time\n#@title Solution\nsolve()"
     # A folded check: collapsed (Colab's form view shows its title and its output), titled by
     # its button in the HTML book, or "The code" where it names none.
@@ -357,7 +359,7 @@ def test_figures_are_numbered_within_their_chapter():
     numbers = colab.chapter_numbers()
     assert numbers["book/whole_vit"] == 1 and numbers["book/patches"] == 2
     assert numbers["book/notation"] > numbers["book/attention_cost"], "the appendix comes last"
-    assert "book/bibliography" not in numbers
+    assert "book/intro" not in numbers and "book/bibliography" not in numbers
     checked = 0
     for page in colab.chapters(book):
         source = json.loads((ROOT / f"{page}.ipynb").read_text(encoding="utf-8"))

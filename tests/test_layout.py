@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 import re
 from pathlib import Path
@@ -223,7 +224,10 @@ def defining_modules(notebook: Path) -> set[str]:
                 for alias in node.names:
                     found.add(node.module)
                     target = resolve(f"{node.module}.{alias.name}")
-                    found.add(getattr(target, "__module__", None) or target.__name__)
+                    if inspect.ismodule(target):
+                        found.add(target.__name__)
+                    elif inspect.isclass(target) or callable(target):
+                        found.add(getattr(target, "__module__", None) or node.module)
             elif isinstance(node, ast.Import):
                 found |= {a.name for a in node.names if a.name.startswith("vitbook")}
     return found | {".".join(m.split(".")[:k]) for m in found for k in range(2, m.count(".") + 1)}

@@ -23,6 +23,14 @@ def test_pipeline_states_the_shapes_of_vit_b():
     for shape in ("3 x 224 x 224", "196 x 768", "197 x 768", "768", "1000 logits"):
         assert shape in texts
     assert "12 encoder\nblocks" in texts
+    assert "tokens +\npositions" in texts  # the position embeddings are added there
+    assert fig.texts[0].get_text().startswith("from a photo")
+    titled = plot_pipeline(
+        ViTConfig(img_size=8, patch_size=2, in_chans=1, embed_dim=8, depth=1, num_heads=2),
+        torch.rand(1, 8, 8), title="from a digit", grid_colour="tab:blue",
+    )
+    assert titled.texts[0].get_text() == "from a digit"
+    assert {line.get_color() for line in titled.axes[0].lines} == {"tab:blue"}
     with pytest.raises(ValueError, match="image of 32x32 pixels is not the config's img_size"):
         plot_pipeline(ViTConfig.from_name("ViT-B/16"), torch.rand(3, 32, 32))
 

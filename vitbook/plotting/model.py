@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
-from matplotlib.patches import FancyBboxPatch
+from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from vitbook.plotting._draw import HIGHLIGHT, image_array
 from vitbook.plotting.style import book_figure, new_figure
@@ -26,12 +26,21 @@ PART_COLOURS = ["tab:grey", "tab:blue", "tab:red", "tab:green", "tab:purple"]
 
 
 @book_figure
-def plot_pipeline(config, image: torch.Tensor) -> Figure:
-    """A ViT as a pipeline: the photo cut into patches, then each stage and its shape.
+def plot_pipeline(
+    config,
+    image: torch.Tensor,
+    *,
+    title: str = "from a photo to class scores (shapes for one image)",
+    grid_colour: str = "white",
+) -> Figure:
+    """A ViT as a pipeline: the image cut into patches, then each stage and its shape.
 
     Args:
         config: a :class:`vitbook.ViTConfig` (with a class token and a head).
         image: (C, H, W) float in [0, 1], of the config's image size, drawn with its patch grid.
+        title: the figure's title.
+        grid_colour: the colour of the patch grid's lines (white shows on a photo; a darker
+            colour on a digit drawn as ink on paper).
 
     Returns:
         The figure: six stages left to right, the shape for one image under each.
@@ -56,7 +65,7 @@ def plot_pipeline(config, image: torch.Tensor) -> Figure:
     stages = [
         ("image", f"{config.in_chans} x {config.img_size[0]} x {config.img_size[1]}"),
         ("patches", f"{config.num_patches} x {config.in_chans * config.patch_size**2}"),
-        ("tokens $z_0$", tokens),
+        ("tokens +\npositions", tokens),
         (f"{config.depth} encoder\nblocks", tokens),
         ("LayerNorm,\nclass token", f"{config.embed_dim}"),
         ("head", f"{config.num_classes} logits"),
@@ -67,9 +76,11 @@ def plot_pipeline(config, image: torch.Tensor) -> Figure:
     ax.axis("off")
     ax.imshow(pixels, extent=(0, 1.9, 0, 1.9), cmap="gray" if pixels.ndim == 2 else None)
     for k in range(1, gh):  # the patch grid
-        ax.plot([0, 1.9], [k * 1.9 / gh] * 2, color="white", lw=0.4)
+        ax.plot([0, 1.9], [k * 1.9 / gh] * 2, color=grid_colour, lw=0.4)
     for k in range(1, gw):
-        ax.plot([k * 1.9 / gw] * 2, [0, 1.9], color="white", lw=0.4)
+        ax.plot([k * 1.9 / gw] * 2, [0, 1.9], color=grid_colour, lw=0.4)
+    # the image's edge, which a digit's white paper would not show
+    ax.add_patch(Rectangle((0, 0), 1.9, 1.9, fill=False, ec=grid_colour, lw=0.4))
     for i, (name, shape) in enumerate(stages):
         x = 0.95 if i == 0 else 2.85 + 1.95 * (i - 1)
         if i > 0:
@@ -92,7 +103,7 @@ def plot_pipeline(config, image: torch.Tensor) -> Figure:
                 arrowprops={"arrowstyle": "->", "color": "grey"},
             )
         ax.text(x, -0.42, shape, ha="center", va="center", fontsize=8, family="monospace")
-    fig.suptitle("from a photo to class scores (shapes for one image)", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     return fig
 
 
