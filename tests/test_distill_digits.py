@@ -202,3 +202,95 @@ def test_what_the_seeds_share_across_settings():
     assert same(scratch, distilled) == patches
     assert same(scratch, weights("ViT, mean-pooled")) == patches
     assert same(scratch, weights("conv stem")) == []
+
+
+def test_deits_protocol_settings_change_one_thing_each():
+    mixed_teacher = build(SETTINGS["CNN teacher, mixed"])
+    assert isinstance(mixed_teacher, DigitsCNN) and SETTINGS["CNN teacher, mixed"]["mix"]
+    assert TEACHERS["cnn-mixed"] == "CNN teacher, mixed"
+    assert TEACHERS["cnn-weak"] == "weak CNN teacher"
+    student = SETTINGS["hard, mixed CNN teacher, mixed"]
+    assert {**student, "teacher": "cnn"} == SETTINGS["hard, CNN teacher, mixed"]
+    assert {k: v for k, v in SETTINGS["ViT, scratch, 300 epochs"].items() if k != "epochs"} == (
+        SETTINGS["ViT, scratch"])  # fmt: skip
+    long = SETTINGS["hard, CNN teacher, 300 epochs"]
+    assert long["epochs"] == 300 and {k: v for k, v in long.items() if k != "epochs"} == (
+        SETTINGS["hard, CNN teacher"])  # fmt: skip
+    paper = SETTINGS["soft, CNN teacher, τ 3, λ 0.1"]
+    assert (paper["tau"], paper["alpha"]) == (3.0, 0.1)
+    assert {k: v for k, v in paper.items() if k not in ("tau", "alpha")} == (
+        SETTINGS["soft, CNN teacher"])  # fmt: skip
+    weak = SETTINGS["weak CNN teacher"]
+    assert weak == {"model": "cnn", "fraction": distill_digits.WEAK_FRACTION}
+    assert {**SETTINGS["hard, weak CNN teacher"], "teacher": "cnn"} == SETTINGS["hard, CNN teacher"]
+
+
+def test_a_setting_overrides_the_epochs_the_constants_and_the_digits(monkeypatch):
+    from vitbook.distill import DistillationLoss
+
+    seen = {}
+
+    def spy_loss(teacher, kind, **options):
+        seen.update(kind=kind, **options)
+        return DistillationLoss(teacher, kind, **options)
+
+    def spy_fit(model, data, **options):
+        seen.setdefault("fits", []).append((type(model).__name__, len(data[1]),
+                                            options["epochs"], options["mix"] is not None))
+        return None
+
+    monkeypatch.setattr(distill_digits, "DistillationLoss", spy_loss)
+    monkeypatch.setattr(distill_digits, "fit", spy_fit)
+    distill_digits.train_setting("soft, CNN teacher, τ 3, λ 0.1", seed=0)
+    assert (seen["tau"], seen["alpha"], seen["kl_reduction"]) == (3.0, 0.1, "mean")
+    distill_digits.train_setting("soft, CNN teacher", seed=0)
+    assert (seen["tau"], seen["alpha"]) == (1.0, 0.5)  # DeiT's code's defaults
+    seen["fits"] = []
+    distill_digits.train_setting("hard, CNN teacher, 300 epochs", seed=0)
+    assert seen["fits"] == [("DigitsCNN", 536, 100, False), ("VisionTransformer", 536, 300, False)]
+    seen["fits"] = []
+    distill_digits.train_setting("hard, weak CNN teacher", seed=0)
+    assert seen["fits"] == [("DigitsCNN", 109, 100, False), ("VisionTransformer", 536, 100, False)]
+    seen["fits"] = []
+    distill_digits.train_setting("hard, mixed CNN teacher, mixed", seed=0)
+    assert seen["fits"] == [("DigitsCNN", 536, 100, True), ("VisionTransformer", 536, 100, True)]
+
+
+def test_a_run_with_a_teacher_records_that_teachers_accuracy(one_epoch):
+    from vitbook.train import evaluate
+
+    teachers = {}
+    _, run = run_one("hard, weak CNN teacher", seed=0, teachers=teachers)
+    assert set(teachers) == {"cnn-weak", "cnn"}  # its teacher, and the CNN for the agreement
+    x_val, y_val = distill_digits._data()["val"]
+    assert run["teacher_validation_accuracy"] == round(
+        evaluate(teachers["cnn-weak"], (x_val, y_val)), 6)
+    _, plain = run_one("ViT, scratch", seed=0, teachers=teachers)
+    assert "teacher_validation_accuracy" not in plain
+
+
+def test_macs_of_a_vit_count_the_attention_products():
+    """FlopCounterMode counts no fused attention on a CPU: the count is made on an explicit copy,
+    and equals the closed form with QK^T and AV (N^2 D each, per block)."""
+    from vitbook.distill_digits import macs_per_image
+
+    for label, tokens in (("ViT, scratch", 17), ("hard, CNN teacher", 18),
+                          ("ViT, mean-pooled", 16)):
+        model = build(SETTINGS[label])
+        assert model.config.attn_impl == "sdpa"
+        d, depth, hidden = 32, 2, 64
+        patch = 16 * (4 * d)  # 16 patches of 2 x 2 pixels to D
+        block = tokens * (3 * d * d + d * d + 2 * d * hidden) + 2 * tokens * tokens * d
+        heads = (2 if model.config.distilled else 1) * d * 10
+        assert macs_per_image(model) == patch + depth * block + heads, label
+        assert model.config.attn_impl == "sdpa"  # the model itself is unchanged
+
+
+def test_the_weak_teachers_digits_lie_inside_the_students():
+    from vitbook.experiments import training_subset
+
+    labels = distill_digits.load_digits_split(validation=True)[1]
+    weak = training_subset(labels, distill_digits.WEAK_FRACTION)
+    students = training_subset(labels, distill_digits.FRACTION)
+    assert (len(weak), len(students)) == (109, 536)
+    assert set(weak.tolist()) <= set(students.tolist())
