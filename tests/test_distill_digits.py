@@ -294,3 +294,18 @@ def test_the_weak_teachers_digits_lie_inside_the_students():
     students = training_subset(labels, distill_digits.FRACTION)
     assert (len(weak), len(students)) == (109, 536)
     assert set(weak.tolist()) <= set(students.tolist())
+
+
+def test_the_rerun_of_a_control_trains_what_the_control_trains(monkeypatch):
+    rerun = SETTINGS["soft, CNN teacher, batchmean, rerun"]
+    assert SETTINGS[rerun["rerun_of"]] == {k: v for k, v in rerun.items() if k != "rerun_of"}
+    seen = []
+    monkeypatch.setattr(distill_digits, "fit", lambda model, data, **options: seen.append(
+        (model.state_dict(), options["criterion"].kl_reduction if options.get("criterion")
+         else None)))  # fmt: skip
+    distill_digits.train_setting("soft, CNN teacher, batchmean", seed=2)
+    distill_digits.train_setting("soft, CNN teacher, batchmean, rerun", seed=2)
+    (teacher_a, _), (student_a, kl_a), (teacher_b, _), (student_b, kl_b) = seen
+    assert kl_a == kl_b == "batchmean"
+    for a, b in ((teacher_a, teacher_b), (student_a, student_b)):  # the same initial weights
+        assert all(torch.equal(a[k], b[k]) for k in a)

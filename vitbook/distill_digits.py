@@ -51,6 +51,9 @@ DeiT's protocol (recorded after the controls, by the same script, appended to th
   of the training digits (``"fraction"``: 109 of the 536), about as accurate as the ViT
   trained alone on all 536, as DeiT's RegNetY-16GF was about as accurate as DeiT-B alone; the
   hard student learns from it on the 536.
+- ``"soft, CNN teacher, batchmean, rerun"``: the batchmean control again (``"rerun_of"``; the
+  same training), recorded on the machine type of the nine settings, so that it pairs with
+  ``"soft, CNN teacher"`` on one machine, teachers included.
 
 Every run uses the recipe of :mod:`vitbook.experiments` (``RECIPE``: 100 epochs of AdamW, peak
 learning rate 5e-3, weight decay 0.05, batches of 64, 5 epochs of warm-up then a cosine, label
@@ -182,6 +185,11 @@ SETTINGS: dict[str, dict[str, object]] = {
     "weak CNN teacher": {"model": "cnn", "fraction": WEAK_FRACTION},
     "hard, weak CNN teacher": {"model": "vit", "distilled": True, "teacher": "cnn-weak",
                                "type": "hard"},
+    # The batchmean control again, on the machine type of the nine settings: a same-machine
+    # pair for "soft, CNN teacher" (the control itself ran on another machine).
+    "soft, CNN teacher, batchmean, rerun": {"model": "vit", "distilled": True, "teacher": "cnn",
+                                            "type": "soft", "kl_reduction": "batchmean",
+                                            "rerun_of": "soft, CNN teacher, batchmean"},
 }
 TEACHERS = {  # teacher -> the setting that trains it
     "cnn": "CNN teacher",
