@@ -450,3 +450,29 @@ def test_the_torchrun_wait_is_bounded_and_says_what_it_waits_for(monkeypatch, ca
     assert seen == {"backend": "gloo", "timeout": datetime.timedelta(seconds=300)}
     assert ("each of 2 workers waits at most 300 s for the others, to start and at every "
             "step's gradient average") in capsys.readouterr().out  # fmt: skip
+
+
+def test_the_controls_of_the_distilled_row_train_what_they_name(tmp_path, monkeypatch):
+    """vit-200-token trains the distillation token with no teacher (both heads on the labels);
+    vit-200-mean has no class token and a mean-pooled readout."""
+    script = load_script()
+    mean = script.build(script.ALL_ROWS["vit-200-mean"], 3, tiny=True)[1].config
+    assert (mean.class_token, mean.pool, mean.num_prefix_tokens) == (False, "mean", 0)
+    token = script.build(script.ALL_ROWS["vit-200-token"], 3, tiny=True)[1].config
+    assert token.distilled and token.class_token
+    seen = []
+    real_loss = script.DistillationLoss
+
+    def recording_loss(teacher, kind, **kwargs):
+        seen.append((teacher, kind))
+        return real_loss(teacher, kind, **kwargs)
+
+    monkeypatch.setattr(script, "DistillationLoss", recording_loss)
+    out = tmp_path / "controls.json"
+    assert script.main(["--standin", "--tiny", "--epochs", "1", "--seeds", "0", "--batch-size",
+                        "60", "--rows", "vit-200-token", "vit-200-mean", "--out",
+                        str(out)]) == 0  # fmt: skip
+    assert seen == [(None, "none")]  # the token's row only, with no teacher
+    runs = {run["row"]: run for run in json.loads(out.read_text())["runs"]}
+    assert set(runs) == {"vit-200-token", "vit-200-mean"}
+    assert runs["vit-200-mean"]["recipe"]["pool"] == "mean"
