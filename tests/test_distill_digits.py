@@ -162,23 +162,37 @@ def test_the_shipped_recording_is_complete_and_says_how_it_was_made():
                for runs in results["runs"].values())  # fmt: skip
     assert results["fraction"] == distill_digits.FRACTION
     assert results["student"] == STUDENT and results["settings"] == SETTINGS
-    first, controls = results["provenance"]
+    assert results["teachers"] == TEACHERS
+    first, controls, seed0, seeds14, rerun = results["provenance"]
     assert first["command"] == "python scripts/run_distillation.py --write-assets"
     assert controls["settings_run"] == ["ViT, mean-pooled", "token, no teacher",
                                         "soft, CNN teacher, batchmean"]  # fmt: skip
-    for entry in (first, controls):
+    protocol = ["CNN teacher, mixed", "hard, mixed CNN teacher, mixed",
+                "ViT, scratch, 300 epochs", "hard, CNN teacher, 300 epochs",
+                "soft, CNN teacher, τ 3, λ 0.1", "weak CNN teacher", "hard, weak CNN teacher"]
+    assert seed0["settings_run"] == seeds14["settings_run"] == protocol
+    assert (seed0["seeds"], seeds14["seeds"]) == ([0], [1, 2, 3, 4])
+    assert rerun["settings_run"] == ["soft, CNN teacher, batchmean, rerun"]
+    for entry in results["provenance"]:
         assert len(entry["git_commit"]) == 40 and not entry["uncommitted_changes"]
         assert entry["cpu_capability"] == "AVX2" and entry["torch_threads"] == 1
+    # The later recordings ran on the first one's machine type, the controls on another.
+    assert first["cpu"] == seed0["cpu"] == seeds14["cpu"] == rerun["cpu"] != controls["cpu"]
     assert controls["kernel_variables"]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
     assert results["joins"][-1]["allow_mixed"]  # two machines, said so when joined
+    made = {label: index for index, entry in enumerate(results["provenance"])
+            for label in entry["settings_run"]}  # fmt: skip
     for label, runs in results["runs"].items():
         made_by = {run.get("process", 0) for run in runs}
-        assert made_by == ({1} if label in controls["settings_run"] else {0}), label
-        vit = label != "CNN teacher"
+        expected = {2, 3} if label in protocol else {made[label]}
+        assert made_by == expected, label
+        vit = SETTINGS[label]["model"] == "vit"
         assert all(("attention_distance" in run) == vit for run in runs), label
         distilled = SETTINGS[label].get("distilled", False)
         assert all(("head_agreement" in run) == distilled for run in runs), label
-
+        later = min(made_by) >= 2  # these record their teacher's accuracy
+        assert all(("teacher_validation_accuracy" in run) == (later and "teacher" in
+                   SETTINGS[label]) for run in runs), label  # fmt: skip
 
 
 def test_what_the_seeds_share_across_settings():
