@@ -405,3 +405,28 @@ def test_the_photo_controls_change_one_thing_each_from_vit_200():
     assert changes("vit-200-mean", "vit-200", rows) == {"class_token": (None, False),
                                                         "pool": (None, "mean")}  # fmt: skip
     assert set(FIRST_ROWS) == {"resnet18-200", "vit-200", *DEIT_ROWS}
+
+
+@pytest.mark.parametrize("stage", list(stages()))
+def test_the_data_efficient_rows_pair_only_the_seeds_both_have(stage):
+    """What the data-efficient chapter's CIFAR-10 cell relied on (its checks moved here): at
+    every stage, a row's recorded and missing seeds make up its plan, and a question is answered
+    exactly when the two rows share a seed, over those seeds; one seed never tells."""
+    from vitbook.comparison import paired_difference
+
+    order = recording_order()
+    progress = recording_progress({"runs": [fake_run(r, s) for r, s in order[:stages()[stage]]],
+                                   "provenance": PROVENANCE})  # fmt: skip
+    for row in FIRST_ROWS:
+        assert set(progress.seeds(row)) | set(progress.missing_seeds(row)) == set(
+            progress.planned_seeds(row)) == {0, 1, 2}  # fmt: skip
+    for a in ("vit-200-deit-hard", "vit-200-token", "vit-200-mean", "vit-200-conv-stem"):
+        for b in ("resnet18-200", "vit-200", "vit-200-token", "vit-200-mean"):
+            if a == b:
+                continue
+            mine, theirs = progress.shared(a, b)
+            shared = set(progress.seeds(a)) & set(progress.seeds(b))
+            assert set(mine) == set(theirs) == shared
+            if shared:
+                d = paired_difference(mine, theirs)
+                assert d.n == len(shared) and (d.n > 1 or not d.tells)
