@@ -27,7 +27,7 @@ def test_a_bound_on_a_rounding_boundary_prints_as_with_the_exact_t():
     d = paired_difference(dict(enumerate(differences)), dict.fromkeys(range(5), 0.0))
     assert d.high == pytest.approx(exact, abs=1e-7)  # t to 5 decimals, times the SE
     assert f"{100 * d.high:+.1f}" == f"{100 * exact:+.1f}" == "+52.9"
-    assert d.describe().startswith("+49.0 points (95% interval +45.2 to +52.9;")
+    assert d.describe().startswith("+49.0 points (95% interval +45.1 to +52.9;")
 
 
 def test_the_sign_flip_p_value_counts_every_sign_pattern():
