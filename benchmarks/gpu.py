@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.common import MIN_REPEATS, Table, interleaved_times, median, quartile_spread
+from vitbook.train.recipe import Recipe
 
 TARGET = 1.10  # fit / plain loop
 COMPILED_TARGET = 0.5  # fit(compile=True) / plain loop
@@ -81,7 +82,8 @@ def photo_vit(quick: bool, *, distilled: bool = False, attn_impl: str = "sdpa") 
     return nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), VisionTransformer(config))
 
 
-RECIPE = {"lr": 1e-3, "weight_decay": 0.05, "batch_size": 256, "label_smoothing": 0.1}
+RECIPE = Recipe(epochs=1, lr=1e-3, weight_decay=0.05, batch_size=256, warmup_epochs=0,
+                label_smoothing=0.1)  # one epoch of the photo chapter's recipe
 
 
 def plain_epoch(
@@ -93,9 +95,9 @@ def plain_epoch(
     where = images.device
     params = [p for p in model.parameters() if p.requires_grad]
     fused = {"fused": True} if where.type == "cuda" else {}
-    optimizer = torch.optim.AdamW(params, lr=RECIPE["lr"], weight_decay=RECIPE["weight_decay"],
+    optimizer = torch.optim.AdamW(params, lr=RECIPE.lr, weight_decay=RECIPE.weight_decay,
                                   **fused)  # fmt: skip
-    steps = math.ceil(len(images) / RECIPE["batch_size"])
+    steps = math.ceil(len(images) / RECIPE.batch_size)
     scaler = torch.amp.GradScaler(where.type, enabled=precision == "fp16")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     augment = random_crop_flip(padding=4)
@@ -108,12 +110,12 @@ def plain_epoch(
         )
         total = torch.zeros((), device=where)
         order = torch.randperm(len(images), generator=generator, device=where)
-        for batch in order.split(RECIPE["batch_size"]):
+        for batch in order.split(RECIPE.batch_size):
             x = augment(images[batch], generator)
             with torch.autocast(where.type, dtype=dtype, enabled=precision != "fp32"):
                 logits = model(x)
             loss = F.cross_entropy(logits.float(), labels[batch],
-                                   label_smoothing=RECIPE["label_smoothing"])  # fmt: skip
+                                   label_smoothing=RECIPE.label_smoothing)  # fmt: skip
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -146,7 +148,7 @@ def floor_epoch(
     for p in params:
         p.grad = torch.zeros_like(p)
     fused = {"fused": True} if where.type == "cuda" else {}
-    optimizer = torch.optim.AdamW(params, lr=RECIPE["lr"], weight_decay=RECIPE["weight_decay"],
+    optimizer = torch.optim.AdamW(params, lr=RECIPE.lr, weight_decay=RECIPE.weight_decay,
                                   **fused)  # fmt: skip
     scaler = torch.amp.GradScaler(where.type, enabled=precision == "fp16")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
@@ -155,7 +157,7 @@ def floor_epoch(
     def forward_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with torch.autocast(where.type, dtype=dtype, enabled=precision != "fp32"):
             logits = model(x)
-        return F.cross_entropy(logits.float(), y, label_smoothing=RECIPE["label_smoothing"])
+        return F.cross_entropy(logits.float(), y, label_smoothing=RECIPE.label_smoothing)
 
     step = forward_loss
     if compiled:
@@ -222,15 +224,16 @@ def fit_epoch(
     from vitbook.train import fit
     from vitbook.train.distill import DistillationLoss
 
-    recipe = dict(RECIPE)
-    if teacher is not None:
-        recipe["criterion"] = DistillationLoss(
-            teacher, "hard", label_smoothing=recipe.pop("label_smoothing")
+    recipe, criterion = RECIPE.replace(seed=seed), {}
+    if teacher is not None:  # the criterion smooths the true labels itself
+        criterion["criterion"] = DistillationLoss(
+            teacher, "hard", label_smoothing=recipe.label_smoothing
         )
+        recipe = recipe.replace(label_smoothing=0.0)
 
     def epoch() -> None:
-        fit(model, (images, labels), epochs=1, seed=seed, warmup_epochs=0, compile=compile,
-            augment=random_crop_flip(padding=4), progress=False, **recipe)  # fmt: skip
+        fit(model, (images, labels), recipe, compile=compile,
+            augment=random_crop_flip(padding=4), progress=False, **criterion)  # fmt: skip
         synchronize(images.device)
 
     return epoch

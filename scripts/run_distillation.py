@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 from vitbook import _files
-from vitbook.studies import provenance
+from vitbook.studies import experiments, provenance
 from vitbook.studies.distill_digits import (
     DISTILLATION,
     FRACTION,
@@ -71,7 +71,7 @@ from vitbook.studies.distill_digits import (
     run_one,
     save_teacher,
 )
-from vitbook.studies.experiments import CNN_CHANNELS, RECIPE
+from vitbook.studies.experiments import CNN_CHANNELS
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "runs"
@@ -79,9 +79,14 @@ RUNS = ROOT / "runs"
 CHECK_METRICS = ("validation_accuracy", "test_accuracy", "teacher_agreement", "head_agreement")
 # Numbers of a run that are shares of the digits: each must be a number in [0, 1].
 SHARES = ("validation_accuracy", "test_accuracy", "teacher_agreement", "class_head_accuracy",
-          "distillation_head_accuracy", "head_agreement")  # fmt: skip
+          "distillation_head_accuracy", "head_agreement",
+          "teacher_validation_accuracy")  # fmt: skip
 # The variables that choose torch's CPU kernels, recorded when set (and OMP_NUM_THREADS, which
 # does not change the runs' arithmetic: they train on one thread whatever it says).
+# How this code counts a run's "macs" (the file's first two entries lack the note: they were
+# counted with the fused attention, which leaves QK^T and AV out).
+MACS_COUNTED = ("distill_digits.macs_per_image: a ViT on an attn_impl='explicit' copy, QK^T "
+                "and AV included")
 # What a provenance entry must name: the arithmetic that made its runs.
 MACHINE = ("torch", "python", "cpu", "cpu_capability")
 
@@ -100,7 +105,7 @@ def _constants() -> dict:
         "fraction": FRACTION,
         "student": STUDENT,
         "cnn_channels": list(CNN_CHANNELS),
-        "recipe": RECIPE,
+        "recipe": experiments.recorded_recipe(),
         "distillation": DISTILLATION,
         "teachers": TEACHERS,
     }
@@ -113,6 +118,7 @@ def _provenance(settings: list[str], seeds: list[int]) -> dict:
         wall_seconds=None,  # filled in when the process ends
         note="seconds are wall-clock on a shared machine (see the load average); compare them "
         "within one run of the script only",
+        macs=MACS_COUNTED,
     )  # fmt: skip
 
 
@@ -128,6 +134,12 @@ def _share(value: object) -> bool:
             and math.isfinite(value) and 0.0 <= value <= 1.0)  # fmt: skip
 
 
+def _earlier_teachers(teachers: object) -> bool:
+    """True for a file's ``teachers`` that this code's TEACHERS extends: every teacher it names
+    is trained by the same setting here (a file recorded before more teachers were added)."""
+    return isinstance(teachers, dict) and teachers.items() <= TEACHERS.items()
+
+
 def validate(results: dict, name: str) -> None:
     """Refuse a results file that is not one of this miniature's, naming what is wrong.
 
@@ -139,6 +151,8 @@ def validate(results: dict, name: str) -> None:
     """
     problems = []
     for key, value in _constants().items():
+        if key == "teachers" and _earlier_teachers(results.get(key)):
+            continue  # recorded before this code named more teachers: the ones it names agree
         if results.get(key) != value:
             problems.append(f"its {key!r} is {results.get(key)!r}, this code's is {value!r}")
     settings = results.get("settings")
@@ -262,6 +276,7 @@ def run(
     start = time.perf_counter()
     existing = plan(settings, seeds, out, allow_mixed)
     results = existing or {**_constants(), "settings": {}, "runs": {}, "provenance": []}
+    results["teachers"] = TEACHERS  # the same, or more teachers than the file named (validate)
     results["runs"] = {label: list(label_runs) for label, label_runs in results["runs"].items()}
     process = len(results["provenance"])
     here = _provenance(settings, seeds)

@@ -43,12 +43,13 @@ from pathlib import Path
 from vitbook import _files
 from vitbook.studies import provenance
 from vitbook.studies.experiments import (
+    AUGMENT,
     BASE_VIT,
     CNN_CHANNELS,
     EXPERIMENTS,
-    RECIPE,
     RESULTS_PATH,
     load_results,
+    recorded_recipe,
     reproduce,
     run_one,
     time_training_step,
@@ -70,7 +71,7 @@ def _key(setting: dict[str, object]) -> str:
     else:
         full = {"model": "vit", **BASE_VIT, **{k: v for k, v in setting.items() if k != "model"}}
     full["fraction"] = float(setting.get("fraction", 1.0))
-    full["augment"] = setting.get("augment", RECIPE["augment"])
+    full["augment"] = setting.get("augment", AUGMENT)
     return json.dumps(full, sort_keys=True)
 
 
@@ -124,7 +125,7 @@ def run(names: list[str], seeds: list[int], out: Path) -> None:
 
 
 def _write(results: dict, out: Path) -> None:
-    results["recipe"] = RECIPE
+    results["recipe"] = recorded_recipe()
     results["base_vit"] = BASE_VIT
     results["cnn_channels"] = list(CNN_CHANNELS)
     _files.write_json(out, results)

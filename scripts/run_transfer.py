@@ -82,7 +82,7 @@ def _provenance(settings: list[str], seeds: list[int], seconds: float, load: lis
 def _constants() -> dict:
     return {
         "model": MODEL,
-        "pretrain_recipe": PRETRAIN_RECIPE,
+        "pretrain_recipe": PRETRAIN_RECIPE.to_dict(),
         "methods": METHODS,
         "lr_grid": {name: list(grid) for name, grid in LR_GRID.items()},
         "shots": list(SHOTS),
@@ -142,7 +142,7 @@ def run(settings: list[str], seeds: list[int], out: Path, pretrained_path: Path 
             _log(f"pre-trained seed {seed}: {info}")
             if seed == 0 and pretrained_path is not None:
                 notes = {"source_test_accuracy": str(info["source_test_accuracy"]), "seed": "0",
-                         "recipe": json.dumps(PRETRAIN_RECIPE)}  # fmt: skip
+                         "recipe": json.dumps(PRETRAIN_RECIPE.to_dict())}  # fmt: skip
                 _files.write_with(pretrained_path, lambda path, model=model, notes=notes:
                                    save_model(model, path, overwrite=True, **notes))  # fmt: skip
                 _log(f"wrote {pretrained_path}")

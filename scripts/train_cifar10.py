@@ -15,11 +15,12 @@ The rows are ``vitbook.studies.ladder.ROWS`` (each changes one thing from the ro
 ``vitbook.studies.ladder.PLAN``), to reproduce the shipped recording ``RECORDED_ROWS``, and the rows
 of "Can a ViT beat the CNN that taught it?" (``DEIT_ROWS``): the ladder's best ViT recipe and budget
 (``vit-200``) distilled from the ladder's ResNet-18 (``resnet18-200``, same augmentation and
-budget) through DeiT's distillation token and hard targets, and the same ViT with a
-convolutional stem and one encoder block fewer. A distilled row needs its teacher's trained
-weights for each seed: trained earlier in the same command (the teacher's row runs first), or
-found in ``--teacher-dir`` as ``<teacher row>-seed<seed>.safetensors``, the file ``--save-dir``
-writes; the script checks that it is there before anything trains. Every row
+budget) through DeiT's distillation token and hard targets; its two controls, the token with no
+teacher (both heads on the labels) and the ViT read out by mean pooling; and the same ViT with a
+convolutional stem and one encoder block fewer. A distilled row with a teacher needs its
+teacher's trained weights for each seed: trained earlier in the same command (the teacher's row
+runs first), or found in ``--teacher-dir`` as ``<teacher row>-seed<seed>.safetensors``, the file
+``--save-dir`` writes; the script checks that it is there before anything trains. Every row
 trains with ``vitbook.train.fit`` (mixed precision, data and augmentation on the GPU), choosing
 nothing on the test set: each run records the validation accuracy after every epoch and reads
 the test set once, at the end.
@@ -176,6 +177,7 @@ def build(row: dict[str, object], n_cls: int, tiny: bool) -> nn.Module:
             base, num_classes=n_cls, drop_path_rate=row.get("drop_path_rate", 0.0),
             distilled=row.get("distilled", False), stem=row.get("stem", "patch"),
             depth=base.depth - row.get("blocks_removed", 0),
+            class_token=row.get("class_token", base.class_token), pool=row.get("pool", base.pool),
         )  # fmt: skip
         body = VisionTransformer(config)
     return nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), body)
@@ -304,6 +306,11 @@ def run(
             teacher, row["distillation"], label_smoothing=settings["label_smoothing"]
         )
         settings["label_smoothing"] = 0.0  # the criterion smooths the true labels
+    elif row.get("distilled"):  # the token without a teacher: both heads on the labels
+        criterion["criterion"] = DistillationLoss(
+            None, row["distillation"], label_smoothing=settings["label_smoothing"]
+        )
+        settings["label_smoothing"] = 0.0
     if args.batch_size:
         settings["batch_size"] = args.batch_size
     # the next ladder's rows name these; the recorded rows train with fit's defaults

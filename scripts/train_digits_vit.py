@@ -35,7 +35,7 @@ from vitbook import VisionTransformer, ViTConfig, _files
 from vitbook.data import load_digits_split
 from vitbook.pretrained import DIGITS_VIT_CLS_PATH, DIGITS_VIT_PATH, save_model
 from vitbook.studies.provenance import one_thread
-from vitbook.train import evaluate, fit, random_shift
+from vitbook.train import Recipe, evaluate, fit, random_shift
 
 CONFIG = ViTConfig(
     img_size=8,
@@ -50,14 +50,8 @@ CONFIG = ViTConfig(
     pool="mean",
     attn_impl="sdpa",
 )
-RECIPE = {
-    "epochs": 200,
-    "lr": 2e-3,
-    "weight_decay": 0.05,
-    "batch_size": 64,
-    "warmup_epochs": 5,
-    "label_smoothing": 0.1,
-}
+RECIPE = Recipe(epochs=200, lr=2e-3, weight_decay=0.05, batch_size=64, warmup_epochs=5,
+                label_smoothing=0.1)
 # The least validation accuracy a model must reach to be written.
 MIN_VALIDATION_ACCURACY = {"mean": 0.98, "cls": 0.97}
 # The same model and recipe, read out from the class token (pool="cls", class_token=True).
@@ -98,13 +92,8 @@ def main() -> None:
         torch.manual_seed(args.seed)
         model = VisionTransformer(config)
         start = time.perf_counter()
-        history = fit(
-            model,
-            (x_train, y_train),
-            seed=args.seed,
-            augment=random_shift(1),
-            **RECIPE,
-        )
+        history = fit(model, (x_train, y_train), RECIPE.replace(seed=args.seed),
+                      augment=random_shift(1))  # fmt: skip
         seconds = time.perf_counter() - start
         validation = evaluate(model, (x_val, y_val))
         parameters = sum(p.numel() for p in model.parameters())
@@ -121,7 +110,7 @@ def main() -> None:
         "validation_accuracy": f"{validation:.4f}",
         "test_accuracy": f"{test:.4f}",
         "recipe": str(
-            {**RECIPE, "seed": args.seed, "augment": "random_shift(1)",
+            {**RECIPE.to_dict(), "seed": args.seed, "augment": "random_shift(1)",
              "train_images": len(x_train)}
         ),  # fmt: skip
     }

@@ -8,12 +8,73 @@ import statistics
 import pytest
 from scipy import stats
 
-from vitbook.studies.comparison import paired_difference, t_quantile_975
+from vitbook.studies.comparison import paired_difference, sign_flip_p, t_quantile_975
 
 
 def test_t_quantile_matches_scipy_for_every_df_the_book_can_meet():
     for df in range(1, 400):
-        assert t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=1e-3), df
+        # 5 decimals in the table (half a unit of the last), 2e-6 from the expansion beyond
+        assert t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=5e-6), df
+    assert t_quantile_975(4) == 2.77645  # the published 2.7764, to one more decimal
+
+
+def test_a_bound_on_a_rounding_boundary_prints_as_with_the_exact_t():
+    """With t(0.975, 4) to 3 decimals (2.776) this interval's top is 52.8495 points, printed
+    +52.8; with the exact 2.77645 it is 52.8502, printed +52.9 (the book met such a case)."""
+    differences = [0.453, 0.525, 0.516, 0.466, 0.49]
+    mean, se = statistics.fmean(differences), statistics.stdev(differences) / math.sqrt(5)
+    exact = mean + stats.t.ppf(0.975, 4) * se
+    d = paired_difference(dict(enumerate(differences)), dict.fromkeys(range(5), 0.0))
+    assert d.high == pytest.approx(exact, abs=1e-7)  # t to 5 decimals, times the SE
+    assert f"{100 * d.high:+.1f}" == f"{100 * exact:+.1f}" == "+52.9"
+    assert d.describe().startswith("+49.0 points (95% interval +45.1 to +52.9;")
+
+
+def test_the_sign_flip_p_value_counts_every_sign_pattern():
+    import itertools
+
+    differences = [0.03, -0.01, 0.02, 0.05, 0.0]
+    observed = abs(sum(differences))
+    patterns = list(itertools.product((1, -1), repeat=5))
+    as_far = sum(abs(sum(s * d for s, d in zip(signs, differences, strict=True))) >= observed
+                 - 1e-12 for signs in patterns)  # fmt: skip
+    assert sign_flip_p(differences) == as_far / 32
+    d = paired_difference(dict(enumerate(differences)), dict.fromkeys(range(5), 0.0))
+    assert d.sign_flip == as_far / 32 and d.ties == 1
+    # Five seeds that all agree cannot go below 2/32, three below 2/8, however far apart.
+    assert sign_flip_p([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32 == 0.0625
+    assert sign_flip_p([5.0, 6.0, 7.0]) == 0.25
+    assert sign_flip_p([0.01, -0.01]) == 1.0  # a mean of 0: every pattern is as far
+    assert sign_flip_p([]) is None and sign_flip_p([0.1] * 21) is None  # too many patterns
+    assert sign_flip_p([0.1] * 20) == 2 / 2**20
+
+
+def test_the_t_interval_can_exclude_zero_where_the_sign_flip_cannot():
+    """The book's case: five seeds all on one side, an interval starting just above 0, and a
+    sign-flip p that no five seeds can bring below 0.0625."""
+    d = paired_difference({s: 0.85 + 0.01 * s for s in range(5)},
+                          {s: 0.85 + 0.01 * s - v for s, v in enumerate(
+                              (0.03, 0.05, 0.04, 0.02, 0.06))})  # fmt: skip
+    assert d.tells and d.low > 0 and d.sign_flip == 0.0625
+
+
+def test_ties_are_named_beside_the_seeds_that_agree():
+    d = paired_difference({0: 0.90, 1: 0.85, 2: 0.88, 3: 0.80, 4: 0.80},
+                          {0: 0.88, 1: 0.85, 2: 0.86, 3: 0.81, 4: 0.80})  # fmt: skip
+    assert (d.positive, d.negative, d.ties, d.agree) == (2, 1, 2, 2)
+    assert d.describe().endswith("; 2 of 5 seeds agree, 2 tie)")
+    assert d.cell().split("\n")[2] == "2 of 5, 2 tie"
+    none = paired_difference({0: 0.9, 1: 0.8}, {0: 0.8, 1: 0.7})
+    assert none.ties == 0 and "tie" not in none.describe() + none.cell()
+
+
+def test_the_sign_flip_p_shows_beside_the_interval_where_asked():
+    d = paired_difference({s: 0.9 for s in range(5)}, {s: 0.9 - 0.01 * (s + 1) for s in range(5)})
+    assert d.describe() == "+3.0 points (95% interval +1.0 to +5.0; 5 of 5 seeds agree)"
+    assert d.describe(p=True) == (
+        "+3.0 points (95% interval +1.0 to +5.0; 5 of 5 seeds agree; sign-flip p 0.0625)")
+    assert d.cell(p=True).split("\n") == ["+3.0", "+1.0 to +5.0", "5 of 5", "p 0.0625"]
+    assert max(len(line) for line in d.cell(p=True).split("\n")) <= 14
 
 
 def test_paired_difference_is_the_t_interval_of_the_per_seed_differences():
@@ -56,7 +117,7 @@ def test_a_table_cell_says_what_describe_says_in_three_short_lines():
     assert d.describe() == f"{mean} points (95% interval {interval}; {agree} seeds agree)"
     assert max(len(line) for line in d.cell().split("\n")) <= 14  # short: fits a phone
     tie = paired_difference({0: 0.9, 1: 0.8}, {0: 0.9, 1: 0.8})
-    assert tie.cell() == "0.0\n0.0 to 0.0\n0 of 2"
+    assert tie.cell() == "0.0\n0.0 to 0.0\n0 of 2, 2 tie"
     assert paired_difference({0: 0.9}, {0: 0.8}).cell() == "+10.0\none seed"
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vitbook.baselines import DigitsCNN
-from vitbook.studies import distill_digits
+from vitbook.studies import distill_digits, experiments
 from vitbook.studies.distill_digits import (
     SETTINGS,
     STUDENT,
@@ -26,8 +26,8 @@ from vitbook.vit import VisionTransformer
 
 @pytest.fixture
 def one_epoch(monkeypatch):
-    monkeypatch.setitem(distill_digits.RECIPE, "epochs", 1)
-    monkeypatch.setitem(distill_digits.RECIPE, "warmup_epochs", 0)
+    shortened = experiments.RECIPE.replace(epochs=1, warmup_epochs=0)
+    monkeypatch.setattr(experiments, "RECIPE", shortened)  # what distill_digits trains by
 
 
 def test_settings_build_the_models_they_name():
@@ -70,8 +70,8 @@ def test_soft_batchmean_weighs_the_kl_ten_times_deits(monkeypatch):
         return DistillationLoss(teacher, kind, **options)
 
     monkeypatch.setattr(distill_digits, "DistillationLoss", spy)
-    monkeypatch.setitem(distill_digits.RECIPE, "epochs", 1)
-    monkeypatch.setitem(distill_digits.RECIPE, "warmup_epochs", 0)
+    shortened = experiments.RECIPE.replace(epochs=1, warmup_epochs=0)
+    monkeypatch.setattr(experiments, "RECIPE", shortened)  # what distill_digits trains by
     distill_digits.train_setting("soft, CNN teacher, batchmean", seed=0)
     assert seen["kind"] == "soft" and seen["kl_reduction"] == "batchmean"
     distill_digits.train_setting("soft, CNN teacher", seed=0)
@@ -162,23 +162,37 @@ def test_the_shipped_recording_is_complete_and_says_how_it_was_made():
                for runs in results["runs"].values())  # fmt: skip
     assert results["fraction"] == distill_digits.FRACTION
     assert results["student"] == STUDENT and results["settings"] == SETTINGS
-    first, controls = results["provenance"]
+    assert results["teachers"] == TEACHERS
+    first, controls, seed0, seeds14, rerun = results["provenance"]
     assert first["command"] == "python scripts/run_distillation.py --write-assets"
     assert controls["settings_run"] == ["ViT, mean-pooled", "token, no teacher",
                                         "soft, CNN teacher, batchmean"]  # fmt: skip
-    for entry in (first, controls):
+    protocol = ["CNN teacher, mixed", "hard, mixed CNN teacher, mixed",
+                "ViT, scratch, 300 epochs", "hard, CNN teacher, 300 epochs",
+                "soft, CNN teacher, τ 3, λ 0.1", "weak CNN teacher", "hard, weak CNN teacher"]
+    assert seed0["settings_run"] == seeds14["settings_run"] == protocol
+    assert (seed0["seeds"], seeds14["seeds"]) == ([0], [1, 2, 3, 4])
+    assert rerun["settings_run"] == ["soft, CNN teacher, batchmean, rerun"]
+    for entry in results["provenance"]:
         assert len(entry["git_commit"]) == 40 and not entry["uncommitted_changes"]
         assert entry["cpu_capability"] == "AVX2" and entry["torch_threads"] == 1
+    # The later recordings ran on the first one's machine type, the controls on another.
+    assert first["cpu"] == seed0["cpu"] == seeds14["cpu"] == rerun["cpu"] != controls["cpu"]
     assert controls["kernel_variables"]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
     assert results["joins"][-1]["allow_mixed"]  # two machines, said so when joined
+    made = {label: index for index, entry in enumerate(results["provenance"])
+            for label in entry["settings_run"]}  # fmt: skip
     for label, runs in results["runs"].items():
         made_by = {run.get("process", 0) for run in runs}
-        assert made_by == ({1} if label in controls["settings_run"] else {0}), label
-        vit = label != "CNN teacher"
+        expected = {2, 3} if label in protocol else {made[label]}
+        assert made_by == expected, label
+        vit = SETTINGS[label]["model"] == "vit"
         assert all(("attention_distance" in run) == vit for run in runs), label
         distilled = SETTINGS[label].get("distilled", False)
         assert all(("head_agreement" in run) == distilled for run in runs), label
-
+        later = min(made_by) >= 2  # these record their teacher's accuracy
+        assert all(("teacher_validation_accuracy" in run) == (later and "teacher" in
+                   SETTINGS[label]) for run in runs), label  # fmt: skip
 
 
 def test_what_the_seeds_share_across_settings():
@@ -202,3 +216,110 @@ def test_what_the_seeds_share_across_settings():
     assert same(scratch, distilled) == patches
     assert same(scratch, weights("ViT, mean-pooled")) == patches
     assert same(scratch, weights("conv stem")) == []
+
+
+def test_deits_protocol_settings_change_one_thing_each():
+    mixed_teacher = build(SETTINGS["CNN teacher, mixed"])
+    assert isinstance(mixed_teacher, DigitsCNN) and SETTINGS["CNN teacher, mixed"]["mix"]
+    assert TEACHERS["cnn-mixed"] == "CNN teacher, mixed"
+    assert TEACHERS["cnn-weak"] == "weak CNN teacher"
+    student = SETTINGS["hard, mixed CNN teacher, mixed"]
+    assert {**student, "teacher": "cnn"} == SETTINGS["hard, CNN teacher, mixed"]
+    assert {k: v for k, v in SETTINGS["ViT, scratch, 300 epochs"].items() if k != "epochs"} == (
+        SETTINGS["ViT, scratch"])  # fmt: skip
+    long = SETTINGS["hard, CNN teacher, 300 epochs"]
+    assert long["epochs"] == 300 and {k: v for k, v in long.items() if k != "epochs"} == (
+        SETTINGS["hard, CNN teacher"])  # fmt: skip
+    paper = SETTINGS["soft, CNN teacher, τ 3, λ 0.1"]
+    assert (paper["tau"], paper["alpha"]) == (3.0, 0.1)
+    assert {k: v for k, v in paper.items() if k not in ("tau", "alpha")} == (
+        SETTINGS["soft, CNN teacher"])  # fmt: skip
+    weak = SETTINGS["weak CNN teacher"]
+    assert weak == {"model": "cnn", "fraction": distill_digits.WEAK_FRACTION}
+    assert {**SETTINGS["hard, weak CNN teacher"], "teacher": "cnn"} == SETTINGS["hard, CNN teacher"]
+
+
+def test_a_setting_overrides_the_epochs_the_constants_and_the_digits(monkeypatch):
+    from vitbook.train.distill import DistillationLoss
+
+    seen = {}
+
+    def spy_loss(teacher, kind, **options):
+        seen.update(kind=kind, **options)
+        return DistillationLoss(teacher, kind, **options)
+
+    def spy_fit(model, data, recipe, **options):
+        seen.setdefault("fits", []).append((type(model).__name__, len(data[1]),
+                                            recipe.epochs, options["mix"] is not None))
+        return None
+
+    monkeypatch.setattr(distill_digits, "DistillationLoss", spy_loss)
+    monkeypatch.setattr(distill_digits, "fit", spy_fit)
+    distill_digits.train_setting("soft, CNN teacher, τ 3, λ 0.1", seed=0)
+    assert (seen["tau"], seen["alpha"], seen["kl_reduction"]) == (3.0, 0.1, "mean")
+    distill_digits.train_setting("soft, CNN teacher", seed=0)
+    assert (seen["tau"], seen["alpha"]) == (1.0, 0.5)  # DeiT's code's defaults
+    seen["fits"] = []
+    distill_digits.train_setting("hard, CNN teacher, 300 epochs", seed=0)
+    assert seen["fits"] == [("DigitsCNN", 536, 100, False), ("VisionTransformer", 536, 300, False)]
+    seen["fits"] = []
+    distill_digits.train_setting("hard, weak CNN teacher", seed=0)
+    assert seen["fits"] == [("DigitsCNN", 109, 100, False), ("VisionTransformer", 536, 100, False)]
+    seen["fits"] = []
+    distill_digits.train_setting("hard, mixed CNN teacher, mixed", seed=0)
+    assert seen["fits"] == [("DigitsCNN", 536, 100, True), ("VisionTransformer", 536, 100, True)]
+
+
+def test_a_run_with_a_teacher_records_that_teachers_accuracy(one_epoch):
+    from vitbook.train import evaluate
+
+    teachers = {}
+    _, run = run_one("hard, weak CNN teacher", seed=0, teachers=teachers)
+    assert set(teachers) == {"cnn-weak", "cnn"}  # its teacher, and the CNN for the agreement
+    x_val, y_val = distill_digits._data()["val"]
+    assert run["teacher_validation_accuracy"] == round(
+        evaluate(teachers["cnn-weak"], (x_val, y_val)), 6)
+    _, plain = run_one("ViT, scratch", seed=0, teachers=teachers)
+    assert "teacher_validation_accuracy" not in plain
+
+
+def test_macs_of_a_vit_count_the_attention_products():
+    """FlopCounterMode counts no fused attention on a CPU: the count is made on an explicit copy,
+    and equals the closed form with QK^T and AV (N^2 D each, per block)."""
+    from vitbook.studies.distill_digits import macs_per_image
+
+    for label, tokens in (("ViT, scratch", 17), ("hard, CNN teacher", 18),
+                          ("ViT, mean-pooled", 16)):
+        model = build(SETTINGS[label])
+        assert model.config.attn_impl == "sdpa"
+        d, depth, hidden = 32, 2, 64
+        patch = 16 * (4 * d)  # 16 patches of 2 x 2 pixels to D
+        block = tokens * (3 * d * d + d * d + 2 * d * hidden) + 2 * tokens * tokens * d
+        heads = (2 if model.config.distilled else 1) * d * 10
+        assert macs_per_image(model) == patch + depth * block + heads, label
+        assert model.config.attn_impl == "sdpa"  # the model itself is unchanged
+
+
+def test_the_weak_teachers_digits_lie_inside_the_students():
+    from vitbook.studies.experiments import training_subset
+
+    labels = distill_digits.load_digits_split(validation=True)[1]
+    weak = training_subset(labels, distill_digits.WEAK_FRACTION)
+    students = training_subset(labels, distill_digits.FRACTION)
+    assert (len(weak), len(students)) == (109, 536)
+    assert set(weak.tolist()) <= set(students.tolist())
+
+
+def test_the_rerun_of_a_control_trains_what_the_control_trains(monkeypatch):
+    rerun = SETTINGS["soft, CNN teacher, batchmean, rerun"]
+    assert SETTINGS[rerun["rerun_of"]] == {k: v for k, v in rerun.items() if k != "rerun_of"}
+    seen = []
+    monkeypatch.setattr(distill_digits, "fit", lambda model, data, recipe, **options: seen.append(
+        (model.state_dict(), options["criterion"].kl_reduction if options.get("criterion")
+         else None)))  # fmt: skip
+    distill_digits.train_setting("soft, CNN teacher, batchmean", seed=2)
+    distill_digits.train_setting("soft, CNN teacher, batchmean, rerun", seed=2)
+    (teacher_a, _), (student_a, kl_a), (teacher_b, _), (student_b, kl_b) = seen
+    assert kl_a == kl_b == "batchmean"
+    for a, b in ((teacher_a, teacher_b), (student_a, student_b)):  # the same initial weights
+        assert all(torch.equal(a[k], b[k]) for k in a)

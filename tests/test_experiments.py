@@ -18,6 +18,7 @@ from vitbook.studies.experiments import (
     RESULTS_PATH,
     build_model,
     load_results,
+    recorded_recipe,
     reproduce,
     summary,
     training_subset,
@@ -43,7 +44,7 @@ def test_file_is_small_json_with_every_experiment_setting_and_seed(results):
     assert RESULTS_PATH.stat().st_size < 100_000
     assert json.loads(RESULTS_PATH.read_text(encoding="utf-8")) == results
     assert set(results["experiments"]) == set(EXPERIMENTS)
-    assert results["recipe"] == RECIPE and results["base_vit"] == BASE_VIT
+    assert results["recipe"] == recorded_recipe() and results["base_vit"] == BASE_VIT
     assert tuple(results["cnn_channels"]) == CNN_CHANNELS
     for name, experiment in results["experiments"].items():
         assert experiment["settings"] == EXPERIMENTS[name]["settings"], name
@@ -186,8 +187,8 @@ def test_a_run_trains_on_the_training_part_and_measures_the_held_out_parts(monke
 
     calls = {"fit": [], "evaluate": []}
 
-    def fake_fit(model, train_data, **kwargs):
-        calls["fit"].append((train_data, kwargs))
+    def fake_fit(model, train_data, recipe, **kwargs):
+        calls["fit"].append((train_data, recipe, kwargs))
         return History([1.5], [0.5], [], [0.1])
 
     def fake_evaluate(model, data):
@@ -199,11 +200,12 @@ def test_a_run_trains_on_the_training_part_and_measures_the_held_out_parts(monke
     x_train, y_train, x_val, y_val, x_test, y_test = load_digits_split(validation=True)
     settings = EXPERIMENTS["augmentation"]["settings"]
     shifted = experiments.run_one(settings["CNN, shifts"], seed=0)
-    (images, labels), kwargs = calls["fit"][0]
+    (images, labels), recipe, kwargs = calls["fit"][0]
     assert torch.equal(images, x_train) and torch.equal(labels, y_train)
-    assert callable(kwargs["augment"]) and kwargs["epochs"] == RECIPE["epochs"] == 100
-    assert {k: kwargs[k] for k in ("lr", "batch_size", "warmup_epochs", "label_smoothing")} == {
-        "lr": 5e-3, "batch_size": 64, "warmup_epochs": 5, "label_smoothing": 0.1,
+    assert callable(kwargs["augment"]) and recipe.epochs == RECIPE.epochs == 100
+    assert {k: getattr(recipe, k) for k in ("lr", "batch_size", "warmup_epochs",
+                                              "label_smoothing", "seed")} == {
+        "lr": 5e-3, "batch_size": 64, "warmup_epochs": 5, "label_smoothing": 0.1, "seed": 0,
     }  # fmt: skip
     validation, moved, test = calls["evaluate"]
     assert torch.equal(validation[0], x_val) and torch.equal(validation[1], y_val)
@@ -213,9 +215,9 @@ def test_a_run_trains_on_the_training_part_and_measures_the_held_out_parts(monke
     assert (shifted["validation_accuracy"], shifted["moved_validation_accuracy"],
             shifted["test_accuracy"]) == (0.1, 0.2, 0.3)  # fmt: skip
     experiments.run_one(settings["CNN, no shifts"], seed=0)
-    assert calls["fit"][1][1]["augment"] is None
+    assert calls["fit"][1][2]["augment"] is None
     experiments.run_one(EXPERIMENTS["data_size"]["settings"]["ViT 10%"], seed=0)
-    (images, labels), _ = calls["fit"][2]
+    (images, labels), _, _ = calls["fit"][2]
     keep = training_subset(y_train, 0.1)
     assert torch.equal(images, x_train[keep]) and torch.equal(labels, y_train[keep])
 

@@ -241,11 +241,12 @@ def test_macs_are_counted_per_op_and_the_fused_attention_is_not():
 
 def test_the_recording_answers_the_data_efficient_question_first():
     order = recording_order()
-    assert order[:4] == [(row, 0) for row in FIRST_ROWS] == [
-        ("resnet18-200", 0), ("vit-200", 0), ("vit-200-deit-hard", 0), ("vit-200-conv-stem", 0)]
+    assert order[:6] == [(row, 0) for row in FIRST_ROWS] == [
+        ("resnet18-200", 0), ("vit-200", 0), ("vit-200-deit-hard", 0), ("vit-200-token", 0),
+        ("vit-200-mean", 0), ("vit-200-conv-stem", 0)]  # fmt: skip
     fifty = [row for row in ROWS if ROWS[row]["epochs"] == 50]
-    assert order[4 : 4 + len(fifty)] == [(row, 0) for row in fifty]  # in ladder order
-    later = order[4 + len(fifty) :]
+    assert order[6 : 6 + len(fifty)] == [(row, 0) for row in fifty]  # in ladder order
+    later = order[6 + len(fifty) :]
     assert all(seed > 0 for _, seed in later)
     assert [seed for _, seed in later] == sorted(seed for _, seed in later)  # seed by seed
     planned = {(row, seed) for row, seeds in {**PLAN, **{r: (0, 1, 2) for r in DEIT_ROWS}}.items()
@@ -291,7 +292,7 @@ def stages() -> dict[str, int]:
     """Named stages of the plan order: how many runs are recorded at each."""
     order = recording_order()
     first_later = next(k for k, (_, seed) in enumerate(order) if seed > 0)
-    return {"empty": 0, "resnet18-200 seed 0": 1, "the four seed-0 rows": 4,
+    return {"empty": 0, "resnet18-200 seed 0": 1, "the first seed-0 rows": len(FIRST_ROWS),
             "every seed 0": first_later, "one later seed": first_later + 1,
             "all but one": len(order) - 1, "all": len(order)}  # fmt: skip
 
@@ -350,7 +351,7 @@ def test_the_named_stages_of_the_plan():
     one = progress("resnet18-200 seed 0")
     assert one.label("resnet18-200") == "resnet18-200 (seed 0 of 0, 1, 2; partial)"
     assert one.label("vit-200") == "vit-200 (not recorded)" and one.next == ("vit-200", 0)
-    four = progress("the four seed-0 rows")
+    four = progress("the first seed-0 rows")
     assert four.recorded_rows() == FIRST_ROWS and all(four.partial(r) for r in FIRST_ROWS)
     every = progress("every seed 0")
     assert all(every.seeds(row) == (0,) for row in every.rows)
@@ -388,3 +389,45 @@ def test_a_file_that_does_not_belong_to_the_plan_is_refused_or_set_apart(tmp_pat
     path.write_text('{"runs": [')
     with pytest.raises(ResultsFileError, match=r"partial\.json is not valid JSON"):
         load_progress(path)
+
+
+def test_the_photo_controls_change_one_thing_each_from_vit_200():
+    """The digits found a student's gain indistinguishable from the token alone and from mean
+    pooling; on photos those two controls are rows of their own, one change from vit-200."""
+    from vitbook.studies.ladder import changes
+
+    token, mean = DEIT_ROWS["vit-200-token"], DEIT_ROWS["vit-200-mean"]
+    assert {k: v for k, v in token.items() if k not in ("distilled", "distillation")} == (
+        ROWS["vit-200"]) and token["distilled"] and "teacher" not in token  # fmt: skip
+    assert token["distillation"] == "none"
+    assert {k: v for k, v in mean.items() if k not in ("class_token", "pool")} == ROWS["vit-200"]
+    assert (mean["class_token"], mean["pool"]) == (False, "mean")
+    rows = {**ROWS, **DEIT_ROWS}
+    assert changes("vit-200-mean", "vit-200", rows) == {"class_token": (None, False),
+                                                        "pool": (None, "mean")}  # fmt: skip
+    assert set(FIRST_ROWS) == {"resnet18-200", "vit-200", *DEIT_ROWS}
+
+
+@pytest.mark.parametrize("stage", list(stages()))
+def test_the_data_efficient_rows_pair_only_the_seeds_both_have(stage):
+    """What the data-efficient chapter's CIFAR-10 cell relied on (its checks moved here): at
+    every stage, a row's recorded and missing seeds make up its plan, and a question is answered
+    exactly when the two rows share a seed, over those seeds; one seed never tells."""
+    from vitbook.studies.comparison import paired_difference
+
+    order = recording_order()
+    progress = recording_progress({"runs": [fake_run(r, s) for r, s in order[:stages()[stage]]],
+                                   "provenance": PROVENANCE})  # fmt: skip
+    for row in FIRST_ROWS:
+        assert set(progress.seeds(row)) | set(progress.missing_seeds(row)) == set(
+            progress.planned_seeds(row)) == {0, 1, 2}  # fmt: skip
+    for a in ("vit-200-deit-hard", "vit-200-token", "vit-200-mean", "vit-200-conv-stem"):
+        for b in ("resnet18-200", "vit-200", "vit-200-token", "vit-200-mean"):
+            if a == b:
+                continue
+            mine, theirs = progress.shared(a, b)
+            shared = set(progress.seeds(a)) & set(progress.seeds(b))
+            assert set(mine) == set(theirs) == shared
+            if shared:
+                d = paired_difference(mine, theirs)
+                assert d.n == len(shared) and (d.n > 1 or not d.tells)

@@ -2,7 +2,7 @@
 stage of its plan: their own cells and checks, in a kernel, from nothing recorded to all of it.
 
 *Real photos on a GPU* (the next ladder's table) and *Can a ViT beat the CNN that taught it?*
-(its four CIFAR-10 rows and the paired answers) read ``vitbook.studies.ladder.NEXT_RESULTS_PATH``. A
+(its CIFAR-10 rows and the paired answers) read ``vitbook.studies.ladder.NEXT_RESULTS_PATH``. A
 recording made in GPU sessions ships while incomplete, so each chapter's cells and asserts must
 hold at every stage; a cell before each stage points the module's path at a file holding the
 first runs of the plan order (``tests/test_ladder.py``'s made-up runs).
@@ -18,7 +18,7 @@ import pytest
 from booktools import ROOT, kernel_env
 from test_ladder import PROVENANCE, fake_run, stages
 
-from vitbook.studies.ladder import recording_order
+from vitbook.studies.ladder import FIRST_ROWS, recording_order
 
 pytestmark = pytest.mark.book
 
@@ -66,17 +66,20 @@ def test_the_chapter_shows_every_stage_of_a_partial_recording(page, tmp_path, mo
             for cell in notebook.cells[first:last] for output in cell.get("outputs", [])
         )  # fmt: skip
         if page == "book/photos":
-            head = ("Nothing of the plan's 26 runs is recorded yet." if count == 0
-                    else "Recorded: all 26 runs of the plan." if count == len(order)
-                    else f"Recorded so far: {count} of 26 runs of the plan")  # fmt: skip
+            runs = len(order)
+            head = (f"Nothing of the plan's {runs} runs is recorded yet." if count == 0
+                    else f"Recorded: all {runs} runs of the plan." if count == len(order)
+                    else f"Recorded so far: {count} of {runs} runs of the plan")  # fmt: skip
             assert head in text, (stage, text[:500])
-            assert f"{count} of 26 planned runs recorded" in text, stage
+            assert f"{count} of {runs} planned runs recorded" in text, stage
         else:
+            # five questions: the student against its teacher, the plain ViT and its two
+            # controls (the token alone, mean pooling), and the stem against the plain ViT
             answered = len(re.findall(r"is ahead of|cannot tell", text))
             waiting = text.count("not recorded yet")
-            assert answered + waiting == 3, (stage, text[-800:])
-            assert (waiting == 3) == (count < 2), stage  # the student needs its teacher first
+            assert answered + waiting == 5, (stage, text[-800:])
+            assert (waiting == 5) == (count < 3), stage  # the student is the third row
             if count == 0:
-                assert text.count("none yet") == 4, stage
+                assert text.count("none yet") == len(FIRST_ROWS), stage
         assert "Traceback" not in text and "Error" not in text, (stage, text[-800:])
 

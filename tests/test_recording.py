@@ -254,7 +254,8 @@ def test_plan_only_prices_the_plan_from_the_compiled_epoch(script, capsys):
     assert listed[1] == "  vit-200 seed 0: 200 epochs, 4.8 min"  # 200 x 1.455 s
     assert "1.455 s an epoch, fit(compile=True) on an H100" in lines[0]
     assert "Timed runs: 17, at least 31.5 H100-minutes" in lines[-2]
-    assert "9 runs of resnet18-200, vit-200-conv-stem, vit-200-deit-hard" in lines[-2]
+    assert ("15 runs of resnet18-200, vit-200-conv-stem, vit-200-deit-hard, vit-200-mean, "
+            "vit-200-token") in lines[-2]
     assert lines[-1].startswith("In budgets of 10 minutes: at least 4 for the timed runs")
 
 

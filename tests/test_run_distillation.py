@@ -14,7 +14,7 @@ import pytest
 from machines import FAKES, another_machine, pretend
 
 from vitbook._files import ResultsFileError
-from vitbook.studies import distill_digits
+from vitbook.studies import distill_digits, experiments
 from vitbook.studies.distill_digits import RESULTS_PATH, load_results
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_distillation.py"
@@ -22,8 +22,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_distillation.
 
 @pytest.fixture
 def one_epoch(monkeypatch):
-    monkeypatch.setitem(distill_digits.RECIPE, "epochs", 1)
-    monkeypatch.setitem(distill_digits.RECIPE, "warmup_epochs", 0)
+    shortened = experiments.RECIPE.replace(epochs=1, warmup_epochs=0)
+    monkeypatch.setattr(experiments, "RECIPE", shortened)  # what distill_digits trains by
     monkeypatch.setenv("VITBOOK_PROGRESS", "0")  # main() sets it; undone after the test
 
 
@@ -187,3 +187,48 @@ def test_check_reruns_a_slice_and_names_the_machine(recorded, script, capsys):
     assert script.main(["--check", str(recorded), "--only", "CNN teacher", "--seeds", "0"]) == 0
     out = capsys.readouterr().out
     assert "ok  'CNN teacher' seed 0 validation_accuracy" in out and "was made on" in out
+
+
+def test_a_file_recorded_before_more_teachers_were_named_still_joins(recorded, tmp_path, script,
+                                                                     one_epoch):  # fmt: skip
+    """The shipped file named two teachers; this code names more. A file whose teachers this
+    code's extend is one of this miniature's, and what is written names them all; a teacher
+    trained by another setting is refused."""
+    results = json.loads(recorded.read_text())
+    results["teachers"] = {"cnn": "CNN teacher", "vit": "ViT, scratch"}
+    recorded.write_text(json.dumps(results))
+    script.validate(results, "earlier.json")
+    before = json.loads(recorded.read_text())["runs"]
+    script.run(["weak CNN teacher"], [0], recorded)
+    appended = load_results(recorded)
+    assert appended["teachers"] == distill_digits.TEACHERS
+    assert appended["runs"]["CNN teacher"] == before["CNN teacher"]
+    provenance = appended["provenance"][-1]
+    assert "attn_impl='explicit'" in provenance["macs"]  # how this code counts MACs
+    results["teachers"] = {"cnn": "ViT, scratch"}
+    with pytest.raises(ResultsFileError, match="its 'teachers' is"):
+        script.validate(results, "other.json")
+
+
+def test_merging_into_the_shipped_file_keeps_every_recorded_run(tmp_path, one_epoch, script,
+                                                                monkeypatch):  # fmt: skip
+    """What --merge with --write-assets does to the shipped file, on a copy: every recorded
+    run, setting and provenance entry is kept as it was; only new ones are added."""
+    shipped = tmp_path / "shipped.json"
+    shipped.write_bytes(RESULTS_PATH.read_bytes())
+    new = tmp_path / "new.json"
+    script.run(["weak CNN teacher"], [5], new)  # a seed the file lacks; one epoch, so the
+    # file is then given the shipped recipe
+    monkeypatch.undo()
+    made = json.loads(new.read_text())
+    made["recipe"] = experiments.recorded_recipe()
+    new.write_text(json.dumps(made))
+    script.merge([shipped, new], shipped, allow_mixed=True)
+    before, after = json.loads(RESULTS_PATH.read_text()), load_results(shipped)
+    for label, runs in before["runs"].items():  # kept, in their order, first
+        assert after["runs"][label][: len(runs)] == runs, label
+    assert after["provenance"][: len(before["provenance"])] == before["provenance"]
+    assert after["joins"][: len(before["joins"])] == before["joins"]
+    assert {k: v for k, v in after["settings"].items() if k in before["settings"]} == (
+        before["settings"])  # fmt: skip
+    assert after["runs"]["weak CNN teacher"][5]["process"] == len(before["provenance"])

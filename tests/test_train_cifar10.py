@@ -477,3 +477,29 @@ def test_an_out_file_it_could_not_write_back_is_refused_before_training(tmp_path
     assert "old.json holds nan at runs[0].train_loss[0]: JSON has no NaN" in text, text
     assert "Nothing trained. Write null there" in text and "or choose another --out" in text
     assert trained == [] and out.read_bytes() == kept
+
+
+def test_the_controls_of_the_distilled_row_train_what_they_name(tmp_path, monkeypatch):
+    """vit-200-token trains the distillation token with no teacher (both heads on the labels);
+    vit-200-mean has no class token and a mean-pooled readout."""
+    script = load_script()
+    mean = script.build(script.ALL_ROWS["vit-200-mean"], 3, tiny=True)[1].config
+    assert (mean.class_token, mean.pool, mean.num_prefix_tokens) == (False, "mean", 0)
+    token = script.build(script.ALL_ROWS["vit-200-token"], 3, tiny=True)[1].config
+    assert token.distilled and token.class_token
+    seen = []
+    real_loss = script.DistillationLoss
+
+    def recording_loss(teacher, kind, **kwargs):
+        seen.append((teacher, kind))
+        return real_loss(teacher, kind, **kwargs)
+
+    monkeypatch.setattr(script, "DistillationLoss", recording_loss)
+    out = tmp_path / "controls.json"
+    assert script.main(["--standin", "--tiny", "--epochs", "1", "--seeds", "0", "--batch-size",
+                        "60", "--rows", "vit-200-token", "vit-200-mean", "--out",
+                        str(out)]) == 0  # fmt: skip
+    assert seen == [(None, "none")]  # the token's row only, with no teacher
+    runs = {run["row"]: run for run in json.loads(out.read_text())["runs"]}
+    assert set(runs) == {"vit-200-token", "vit-200-mean"}
+    assert runs["vit-200-mean"]["recipe"]["pool"] == "mean"

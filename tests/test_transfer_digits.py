@@ -55,7 +55,7 @@ def provenances(entry) -> list[dict]:
 
 def test_file_holds_every_setting_with_the_modules_constants(results):
     assert RESULTS_PATH.stat().st_size < 200_000
-    assert results["model"] == MODEL and results["pretrain_recipe"] == PRETRAIN_RECIPE
+    assert results["model"] == MODEL and results["pretrain_recipe"] == PRETRAIN_RECIPE.to_dict()
     assert results["methods"] == METHODS
     assert results["lr_grid"] == {name: list(grid) for name, grid in LR_GRID.items()}
     assert results["shots"] == list(SHOTS) and results["steps"] == STEPS
@@ -131,7 +131,7 @@ def test_shipped_pretrained_model_is_seed_0s(results):
     first = results["pretraining"][0]
     assert first["seed"] == 0 and metadata["seed"] == "0"
     assert float(metadata["source_test_accuracy"]) == first["source_test_accuracy"]
-    assert json.loads(metadata["recipe"]) == PRETRAIN_RECIPE
+    assert json.loads(metadata["recipe"]) == PRETRAIN_RECIPE.to_dict()
     model = load_pretrained_digits()
     assert model.config.num_classes == 5 and not model.training
     accuracy = evaluate(model, load_transfer_data().source_test)

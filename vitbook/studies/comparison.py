@@ -4,11 +4,23 @@ The book's recorded results run every setting with the same seeds, and a seed fi
 order (and, where two settings build the same model, its initial weights), so the fair question
 is not "is mean A above mean B" but "how far apart are A and B seed by seed, and could that be
 noise". :func:`paired_difference` answers it: the mean of the per-seed differences A - B, its
-standard error, a 95% interval from Student's t with n - 1 degrees of freedom, and how many
-seeds agree in sign. Where the interval holds 0 the data cannot tell the two settings apart,
-and a sentence of the book that compares them must say so (:meth:`PairedDifference.verdict`).
+standard error, a 95% interval from Student's t with n - 1 degrees of freedom, how many seeds
+agree in sign (and how many tie), and the exact two-sided sign-flip p-value. Where the interval
+holds 0 the data cannot tell the two settings apart, and a sentence of the book that compares
+them must say so (:meth:`PairedDifference.verdict`).
 
-See chapter: Can a ViT beat the CNN that taught it?
+What the interval covers, and what it assumes:
+
+- It is over the training randomness the seeds vary (initial weights, batch order,
+  augmentation draws) on one fixed training subset and fixed validation and test images:
+  ``vitbook.studies.experiments.training_subset`` draws its permutation once, with seed 0. A new
+  subset or a new validation split adds variance the interval does not hold.
+- The t interval assumes the seed-to-seed differences are roughly normal. The sign-flip test
+  assumes only that, were A and B alike, each difference would be as likely positive as
+  negative; with n seeds it cannot go below 2 / 2**n (0.0625 for 5 seeds, 0.25 for 3), so an
+  interval that barely excludes 0 carries no distribution-free evidence.
+
+See chapter: How this book compares two settings.
 """
 
 from __future__ import annotations
@@ -18,24 +30,32 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["PairedDifference", "paired_difference", "t_quantile_975"]
+__all__ = ["PairedDifference", "paired_difference", "sign_flip_p", "t_quantile_975"]
 
-# Student's t, the 97.5% point, for 1 to 30 degrees of freedom (two-sided 95%), to 3 decimals.
+# Student's t, the 97.5% point, for 1 to 30 degrees of freedom (two-sided 95%), to 5 decimals
+# (scipy.stats.t.ppf(0.975, df) rounded; the published tables agree to their 3 or 4 decimals).
+# Three decimals were too few: a bound that sits on a rounding boundary printed one digit off.
 _T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    12.70620, 4.30265, 3.18245, 2.77645, 2.57058, 2.44691, 2.36462, 2.30600, 2.26216, 2.22814,
+    2.20099, 2.17881, 2.16037, 2.14479, 2.13145, 2.11991, 2.10982, 2.10092, 2.09302, 2.08596,
+    2.07961, 2.07387, 2.06866, 2.06390, 2.05954, 2.05553, 2.05183, 2.04841, 2.04523, 2.04227,
 )  # fmt: skip
+# The exact sign-flip test enumerates 2**n sign patterns: up to 20 seeds (a million patterns).
+SIGN_FLIP_MAX_SEEDS = 20
 
 
 def t_quantile_975(df: int) -> float:
     """Student's t at 0.975 for ``df`` degrees of freedom: the half-width of a 95% interval in
-    standard errors. Exact to 3 decimals up to 30; beyond, the first terms of the Cornish-Fisher
-    expansion about the normal quantile 1.95996 (within 0.001 of the exact value).
+    standard errors. Exact to 5 decimals up to 30; beyond, the first four terms of the
+    Cornish-Fisher expansion about the normal quantile 1.959964 (within 2e-6 of the exact value).
 
     Example:
         >>> t_quantile_975(4)
-        2.776
+        2.77645
+        >>> round(t_quantile_975(100), 4)  # scipy: 1.98397
+        1.984
+
+    See chapter: How this book compares two settings.
     """
     if isinstance(df, bool) or not isinstance(df, int):
         raise TypeError(f"df must be an int, got {type(df).__name__}.")
@@ -44,7 +64,44 @@ def t_quantile_975(df: int) -> float:
     if df <= len(_T975):
         return _T975[df - 1]
     z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))  # fmt: skip
+
+
+def sign_flip_p(differences: list[float]) -> float | None:
+    """The exact two-sided paired sign-flip (permutation) p-value of the mean difference.
+
+    Were the two settings alike, each seed's difference A - B would be as likely to have one
+    sign as the other. The test flips the signs in all 2**n ways and counts the patterns whose
+    mean is at least as far from 0 as the observed one: p = that count / 2**n. It assumes no
+    normality, but with n seeds it cannot go below 2 / 2**n (all seeds agree): 0.0625 for 5
+    seeds, 0.25 for 3. A tie (a difference of 0) flips to itself.
+
+    Args:
+        differences: the per-seed differences (any order).
+
+    Returns:
+        p in (0, 1]; None for more than ``SIGN_FLIP_MAX_SEEDS`` seeds (too many patterns to
+        enumerate) or for none.
+
+    Example:
+        >>> sign_flip_p([0.02, 0.03, 0.01, 0.04, 0.05])  # all five agree: 2 of 32 patterns
+        0.0625
+        >>> sign_flip_p([0.02, -0.01, 0.04])  # 4 of the 8 patterns are as far from 0
+        0.5
+
+    See chapter: How this book compares two settings.
+    """
+    n = len(differences)
+    if n == 0 or n > SIGN_FLIP_MAX_SEEDS:
+        return None
+    sums = [0.0]
+    for d in differences:  # every signed sum: 2**n of them
+        sums = [s + d for s in sums] + [s - d for s in sums]
+    observed = abs(math.fsum(differences))
+    # Sums equal to the observed one but summed in another order may differ in the last bits.
+    slack = 1e-9 * max(1.0, sum(abs(d) for d in differences))
+    return sum(abs(s) >= observed - slack for s in sums) / len(sums)
 
 
 @dataclass(frozen=True)
@@ -59,6 +116,8 @@ class PairedDifference:
             freedom); None for one seed.
         positive, negative: how many seeds have A above B, and below (ties count in neither).
         differences: the per-seed differences, by seed.
+        sign_flip: the exact two-sided sign-flip p-value (:func:`sign_flip_p`); None beyond
+            ``SIGN_FLIP_MAX_SEEDS`` seeds.
     """
 
     n: int
@@ -69,10 +128,12 @@ class PairedDifference:
     positive: int
     negative: int
     differences: dict[int, float]
+    sign_flip: float | None = None
 
     @property
     def tells(self) -> bool:
-        """True when the 95% interval excludes 0: the seeds support an order of A and B."""
+        """True when the 95% t interval excludes 0: the seeds support an order of A and B,
+        if their differences are roughly normal (see :attr:`sign_flip` for a test without)."""
         return self.low is not None and (self.low > 0 or self.high < 0)
 
     @property
@@ -80,24 +141,48 @@ class PairedDifference:
         """How many seeds agree in sign with the mean difference."""
         return self.positive if self.mean > 0 else self.negative if self.mean < 0 else 0
 
-    def describe(self, *, scale: float = 100.0, unit: str = " points", digits: int = 1) -> str:
+    @property
+    def ties(self) -> int:
+        """How many seeds give A and B the same value (a difference of exactly 0)."""
+        return self.n - self.positive - self.negative
+
+    def _seeds(self, *, short: bool) -> str:
+        tie = f", {self.ties} tie" if self.ties else ""
+        return f"{self.agree} of {self.n}{tie}" if short else (
+            f"{self.agree} of {self.n} seeds agree{tie}")  # fmt: skip
+
+    def describe(
+        self, *, scale: float = 100.0, unit: str = " points", digits: int = 1, p: bool = False
+    ) -> str:
         """The difference as the book writes it, in percentage points by default:
-        ``+2.4 points (95% interval -4.9 to +9.7; 3 of 5 seeds agree)``."""
+        ``+2.4 points (95% interval -4.9 to +9.7; 3 of 5 seeds agree)``, with ``, 1 tie`` where
+        seeds tie, and with ``p=True`` the sign-flip p-value after them (``; sign-flip p
+        0.0625``), for an interval near 0 that a sentence wants to qualify.
+
+        Example:
+            >>> d = paired_difference({0: 0.9, 1: 0.8, 2: 0.7}, {0: 0.8, 1: 0.8, 2: 0.6})
+            >>> d.describe(p=True).split("; ")  # doctest: +NORMALIZE_WHITESPACE
+            ['+6.7 points (95% interval \u22127.7 to +21.0',
+             '2 of 3 seeds agree, 1 tie', 'sign-flip p 0.5)']
+        """
         mean = _signed(self.mean, scale, digits)
         if self.low is None:
             return f"{mean}{unit} (one seed: no interval)"
         low, high = _signed(self.low, scale, digits), _signed(self.high, scale, digits)
-        return f"{mean}{unit} (95% interval {low} to {high}; {self.agree} of {self.n} seeds agree)"
+        flip = f"; sign-flip p {_p_text(self.sign_flip)}" if p else ""
+        return f"{mean}{unit} (95% interval {low} to {high}; {self._seeds(short=False)}{flip})"
 
-    def cell(self, *, scale: float = 100.0, digits: int = 1) -> str:
+    def cell(self, *, scale: float = 100.0, digits: int = 1, p: bool = False) -> str:
         """The difference as a table cell of three short lines: the mean, the 95% interval and
-        how many seeds agree in sign (``+2.4``, ``-4.9 to +9.7``, ``3 of 5``). The cell wraps
+        how many seeds agree in sign (``+2.4``, ``-4.9 to +9.7``, ``3 of 5``, or ``3 of 5, 2
+        tie``); with ``p=True`` a fourth, the sign-flip p-value (``p 0.0625``). The cell wraps
         between its lines, never inside a number, so that a table of them fits a phone."""
         mean = _signed(self.mean, scale, digits)
         if self.low is None:
             return f"{mean}\none seed"
         low, high = _signed(self.low, scale, digits), _signed(self.high, scale, digits)
-        return f"{mean}\n{low} to {high}\n{self.agree} of {self.n}"
+        flip = f"\np {_p_text(self.sign_flip)}" if p else ""
+        return f"{mean}\n{low} to {high}\n{self._seeds(short=True)}{flip}"
 
     def verdict(self, a: str, b: str) -> str:
         """One sentence: which setting the seeds put ahead, or that they cannot tell."""
@@ -105,6 +190,11 @@ class PairedDifference:
             ahead, behind = (a, b) if self.mean > 0 else (b, a)
             return f"{ahead} is ahead of {behind}: {self.describe()}."
         return f"the seeds cannot tell {a} from {b}: {a} - {b} = {self.describe()}."
+
+
+def _p_text(p: float | None) -> str:
+    """A sign-flip p-value, k / 2**n, to 4 significant digits (0.0625, 0.125, 1)."""
+    return "not computed (too many seeds)" if p is None else f"{p:.4g}"
 
 
 def _signed(value: float, scale: float, digits: int) -> str:
@@ -147,7 +237,7 @@ def _same_units(a: dict[int, float], b: dict[int, float]) -> None:
 
 
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> PairedDifference:
-    """A - B, seed by seed, with its standard error, 95% interval and sign count.
+    """A - B, seed by seed, with its standard error, 95% interval, sign count and sign-flip p.
 
     Args:
         a, b: seed -> the value (an accuracy, say) that setting reached with that seed. Both must
@@ -161,8 +251,8 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> PairedD
 
     Example:
         >>> d = paired_difference({0: 0.90, 1: 0.85, 2: 0.88}, {0: 0.86, 1: 0.86, 2: 0.83})
-        >>> round(d.mean, 4), d.positive, d.negative, d.tells
-        (0.0267, 2, 1, False)
+        >>> round(d.mean, 4), d.positive, d.negative, d.tells, d.sign_flip
+        (0.0267, 2, 1, False, 0.5)
         >>> d.describe()
         '+2.7 points (95% interval \u22125.3 to +10.7; 2 of 3 seeds agree)'
     """
@@ -186,5 +276,5 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> PairedD
     return PairedDifference(
         n=n, mean=mean, se=se, low=low, high=high,
         positive=sum(v > 0 for v in values), negative=sum(v < 0 for v in values),
-        differences=differences,
+        differences=differences, sign_flip=sign_flip_p(values),
     )  # fmt: skip

@@ -37,21 +37,41 @@ The controls (recorded later, by the same script, appended to the same file):
 - ``"soft, CNN teacher, batchmean"``: soft distillation with the usual per-image KL
   (``kl_reduction="batchmean"``), ten times the weight of DeiT's per-class mean on 10 classes.
 
+DeiT's protocol (recorded after the controls, by the same script, appended to the same file):
+
+- ``"CNN teacher, mixed"`` and ``"hard, mixed CNN teacher, mixed"``: a CNN teacher trained
+  with the students' MixUp and CutMix, as DeiT trained its RegNet "with the same data and same
+  data-augmentation", and the mixed hard student that learns from it.
+- ``"ViT, scratch, 300 epochs"`` and ``"hard, CNN teacher, 300 epochs"``: three times the
+  schedule (``"epochs"``; the same 5 warm-up epochs, then a cosine over the rest), DeiT's 300
+  epochs against the miniature's 100; the teacher is the 100-epoch CNN teacher.
+- ``"soft, CNN teacher, τ 3, λ 0.1"``: the soft constants of DeiT's paper (Section 6) in
+  place of its code's defaults (``"tau"``, ``"alpha"``), with DeiT's per-class mean.
+- ``"weak CNN teacher"`` and ``"hard, weak CNN teacher"``: the CNN trained on ``WEAK_FRACTION``
+  of the training digits (``"fraction"``: 109 of the 536), about as accurate as the ViT
+  trained alone on all 536, as DeiT's RegNetY-16GF was about as accurate as DeiT-B alone; the
+  hard student learns from it on the 536.
+- ``"soft, CNN teacher, batchmean, rerun"``: the batchmean control again (``"rerun_of"``; the
+  same training), recorded on the machine type of the nine settings, so that it pairs with
+  ``"soft, CNN teacher"`` on one machine, teachers included.
+
 Every run uses the recipe of :mod:`vitbook.studies.experiments` (``RECIPE``: 100 epochs of AdamW,
 peak learning rate 5e-3, weight decay 0.05, batches of 64, 5 epochs of warm-up then a cosine, label
-smoothing 0.1 on the true labels, one-pixel shifts), the same number of steps for every student;
-the teachers see the students' shifted images. A seed sets the initial weights and the order and
-shifts of the batches; the students of seed s learn from the teachers of seed s. What seed s
-shares across settings (``fit`` draws the order and the shifts from one generator seeded with
-s, and ``torch.manual_seed(s)`` comes before the model is built):
+smoothing 0.1 on the true labels, one-pixel shifts), the same number of steps for every student
+but the 300-epoch ones; the teachers see the students' shifted images. A seed sets the initial
+weights and the order and shifts of the batches; the students of seed s learn from the teachers
+of seed s. What seed s shares across settings (``fit`` draws the order and the shifts from one
+generator seeded with s, and ``torch.manual_seed(s)`` comes before the model is built):
 
-- the order and the shifts of every batch, in every setting without mixing; the mixed settings
-  share the first epoch's order, and their mixing draws move everything after it;
+- the order and the shifts of every batch, in every setting without mixing on the same digits
+  (a 300-epoch run shares its first 100 epochs' batches, not their learning rates); the mixed
+  settings share the first epoch's order, and their mixing draws move everything after it;
 - the initial weights where two settings build the same architecture: the scratch ViT, its
   class-token-only and mixed versions start identical, and so does every distilled student
   with every other; a distilled student and the mean-pooled ViT share only the patch
   embedding with the scratch ViT (the extra or missing token changes every draw after it),
-  and the convolutional stem shares nothing.
+  and the convolutional stem shares nothing; the CNN teachers (plain, mixed, weak) start
+  identical.
 
 Measured per run: the accuracy on the 270 validation digits (what settings are compared by),
 on the 450 test digits (read once per model, at the end), and for a distilled student each
@@ -60,9 +80,9 @@ the CNN teacher, the cosine similarity of the class and distillation tokens (the
 vectors, and their final states); for every ViT the mean attention distance of every head of
 every layer on the validation digits (:func:`vitbook.analysis.mean_attention_distance` with
 ``renormalize=True``, so that the one or two prefix tokens do not count as distance 0), its
-parameters and its multiply-accumulates per image. Every run trains on one CPU thread with
-deterministic algorithms, so a run repeated on the same machine and software gives the same
-numbers (:func:`reproduce`).
+parameters and its multiply-accumulates per image (:func:`macs_per_image`). Every run trains
+on one CPU thread with deterministic algorithms, so a run repeated on the same machine and
+software gives the same numbers (:func:`reproduce`).
 
 ``scripts/run_distillation.py`` runs it and writes ``vitbook/assets/distillation.json``, and
 the CNN teacher of seed 0 to ``vitbook/assets/digits_cnn_teacher.safetensors``
@@ -73,6 +93,7 @@ See chapter: Can a ViT beat the CNN that taught it?
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -87,8 +108,9 @@ from vitbook.baselines import DigitsCNN
 from vitbook.data import load_digits_split
 from vitbook.data.augment import mixup_cutmix
 from vitbook.pretrained import _weights
-from vitbook.studies import records
-from vitbook.studies.experiments import CNN_CHANNELS, RECIPE, training_subset
+from vitbook.studies import experiments, records
+from vitbook.studies.experiments import CNN_CHANNELS, training_subset
+from vitbook.studies.provenance import one_thread
 from vitbook.train import evaluate, fit, predict, random_shift
 from vitbook.train.distill import DistillationLoss, head_agreement
 from vitbook.vit import VisionTransformer, ViTConfig
@@ -102,6 +124,7 @@ __all__ = [
     "STUDENT",
     "TEACHERS",
     "TEACHER_PATH",
+    "WEAK_FRACTION",
     "build",
     "load_results",
     "load_teacher",
@@ -133,6 +156,9 @@ STUDENT: dict[str, object] = {
 }
 DISTILLATION: dict[str, float] = {"alpha": 0.5, "tau": 1.0}  # DeiT's defaults
 MIX: dict[str, float] = {"mixup_alpha": 0.8, "cutmix_alpha": 1.0}  # DeiT's, one draw a batch
+# The weak teacher's share of the training digits (109 of them, inside the 536): the CNN of the
+# data-size experiment is there about as accurate as the ViT is on the 536.
+WEAK_FRACTION = 0.1
 SETTINGS: dict[str, dict[str, object]] = {
     "CNN teacher": {"model": "cnn"},
     "ViT, scratch": {"model": "vit"},
@@ -149,8 +175,32 @@ SETTINGS: dict[str, dict[str, object]] = {
     "token, no teacher": {"model": "vit", "distilled": True, "type": "none"},
     "soft, CNN teacher, batchmean": {"model": "vit", "distilled": True, "teacher": "cnn",
                                      "type": "soft", "kl_reduction": "batchmean"},
+    # DeiT's protocol, recorded after the controls: a teacher trained with the students' mixing,
+    # a longer schedule, the paper's soft constants, and a teacher about as good as the student.
+    "CNN teacher, mixed": {"model": "cnn", "mix": True},
+    "hard, mixed CNN teacher, mixed": {"model": "vit", "distilled": True, "teacher": "cnn-mixed",
+                                       "type": "hard", "mix": True},
+    "ViT, scratch, 300 epochs": {"model": "vit", "epochs": 300},
+    "hard, CNN teacher, 300 epochs": {"model": "vit", "distilled": True, "teacher": "cnn",
+                                      "type": "hard", "epochs": 300},
+    "soft, CNN teacher, τ 3, λ 0.1": {"model": "vit", "distilled": True,
+                                             "teacher": "cnn", "type": "soft", "tau": 3.0,
+                                             "alpha": 0.1},
+    "weak CNN teacher": {"model": "cnn", "fraction": WEAK_FRACTION},
+    "hard, weak CNN teacher": {"model": "vit", "distilled": True, "teacher": "cnn-weak",
+                               "type": "hard"},
+    # The batchmean control again, on the machine type of the nine settings: a same-machine
+    # pair for "soft, CNN teacher" (the control itself ran on another machine).
+    "soft, CNN teacher, batchmean, rerun": {"model": "vit", "distilled": True, "teacher": "cnn",
+                                            "type": "soft", "kl_reduction": "batchmean",
+                                            "rerun_of": "soft, CNN teacher, batchmean"},
 }
-TEACHERS = {"cnn": "CNN teacher", "vit": "ViT, scratch"}  # teacher -> the setting that trains it
+TEACHERS = {  # teacher -> the setting that trains it
+    "cnn": "CNN teacher",
+    "vit": "ViT, scratch",
+    "cnn-mixed": "CNN teacher, mixed",
+    "cnn-weak": "weak CNN teacher",
+}
 _MODEL_FIELDS = ("distilled", "stem", "class_token", "pool")
 
 
@@ -174,14 +224,27 @@ def build(setting: dict[str, object]) -> nn.Module:
 def macs_per_image(model: nn.Module) -> int:
     """Multiply-accumulates of one 8 x 8 digit through ``model`` (FlopCounterMode / 2).
 
+    A ViT is counted on a copy with ``attn_impl="explicit"``: on a CPU, FlopCounterMode has no
+    formula for the fused ``scaled_dot_product_attention``, and would leave out the products
+    :math:`QK^\\top` and :math:`AV`, which the book counts (chapter *The full model*). The runs of
+    the file's first two provenance entries were counted before this copy was made: their
+    ``macs`` leave those products out, and the chapter recomputes MACs with this function.
+
     Example:
         >>> macs_per_image(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)))  # 64 x 10
         640
+        >>> scratch = build(SETTINGS["ViT, scratch"])  # attn_impl="sdpa"
+        >>> macs_per_image(scratch) - 280_896  # QK^T and AV: 2 layers x 17 x 17 x 32 x 2
+        36992
 
     See chapter: Can a ViT beat the CNN that taught it?
     """
     from torch.utils.flop_counter import FlopCounterMode
 
+    if isinstance(model, VisionTransformer) and model.config.attn_impl != "explicit":
+        explicit = VisionTransformer(dataclasses.replace(model.config, attn_impl="explicit"))
+        explicit.load_state_dict(model.state_dict())
+        model = explicit
     was_training = model.training
     model.eval()
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
@@ -190,9 +253,9 @@ def macs_per_image(model: nn.Module) -> int:
     return counter.get_total_flops() // 2
 
 
-def _data() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def _data(fraction: float = FRACTION) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     x_train, y_train, x_val, y_val, x_test, y_test = load_digits_split(validation=True)
-    keep = training_subset(y_train, FRACTION)
+    keep = training_subset(y_train, fraction)
     return {"train": (x_train[keep], y_train[keep]), "val": (x_val, y_val),
             "test": (x_test, y_test)}  # fmt: skip
 
@@ -218,9 +281,10 @@ def train_setting(
     """
     setting = SETTINGS[label]
     teachers = {} if teachers is None else teachers
-    data = _data()
+    data = _data(float(setting.get("fraction", FRACTION)))
+    distillation = {k: float(setting.get(k, v)) for k, v in DISTILLATION.items()}
     # Label smoothing once: in the mix's soft targets (as DeiT and timm do), or in the loss.
-    smoothing = float(RECIPE["label_smoothing"])
+    smoothing = experiments.RECIPE.label_smoothing
     mix = mixup_cutmix(10, label_smoothing=smoothing, **MIX) if setting.get("mix") else None
     smoothing = 0.0 if mix else smoothing
     criterion = None
@@ -234,23 +298,19 @@ def train_setting(
         criterion = DistillationLoss(
             teacher, str(setting["type"]), label_smoothing=smoothing,
             single_head=not setting.get("distilled", False),
-            kl_reduction=str(setting.get("kl_reduction", "mean")), **DISTILLATION,
+            kl_reduction=str(setting.get("kl_reduction", "mean")), **distillation,
         )  # fmt: skip
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(1)  # one thread: the same float sums in the same order every run
-    torch.use_deterministic_algorithms(True)
-    try:
+    with one_thread():
         torch.manual_seed(seed)
         model = build(setting)
-        recipe = {k: v for k, v in RECIPE.items() if k not in ("augment", "label_smoothing")}
-        loss = {"criterion": criterion} if criterion else {"label_smoothing": smoothing}
+        recipe = experiments.RECIPE.replace(  # the criterion smooths the true labels itself
+            epochs=int(setting.get("epochs", experiments.RECIPE.epochs)),  # warm-up unchanged
+            label_smoothing=0.0 if criterion else smoothing, seed=seed,
+        )  # fmt: skip
         start = time.perf_counter()
-        fit(model, data["train"], seed=seed, augment=random_shift(1), mix=mix, progress=False,
-            **loss, **recipe)  # fmt: skip
+        fit(model, data["train"], recipe, augment=random_shift(1), mix=mix, progress=False,
+            **({"criterion": criterion} if criterion else {}))  # fmt: skip
         seconds = time.perf_counter() - start
-    finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
     return model.eval(), seconds
 
 
@@ -278,7 +338,9 @@ def run_one(
 
     Returns:
         ``(model, run)``; ``run`` holds ``seed``, ``validation_accuracy``,
-        ``test_accuracy``, ``seconds``, ``parameters``, ``macs`` and, for a ViT,
+        ``test_accuracy``, ``seconds``, ``parameters``, ``macs`` (:func:`macs_per_image`), for a
+        setting with a teacher ``teacher_validation_accuracy`` (that teacher's, as trained for
+        this seed in this process; runs recorded before this field lack it) and, for a ViT,
         ``attention_distance`` ([layer][head] pixels) and ``teacher_agreement`` (with the CNN
         teacher, on the validation digits); a distilled student also has
         ``class_head_accuracy``, ``distillation_head_accuracy``, ``head_agreement``,
@@ -301,6 +363,10 @@ def run_one(
         "parameters": sum(p.numel() for p in model.parameters()),
         "macs": macs_per_image(model),
     }
+    if "teacher" in SETTINGS[label]:  # the teacher this run learned from, as trained here
+        run["teacher_validation_accuracy"] = round(
+            evaluate(teachers[SETTINGS[label]["teacher"]], data["val"]), 6
+        )
     if isinstance(model, VisionTransformer):
         run["attention_distance"] = _distances(model, x_val)
         if "cnn" not in teachers:

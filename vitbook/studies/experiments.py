@@ -60,7 +60,7 @@ from vitbook.baselines import DigitsCNN
 from vitbook.data import load_digits_split
 from vitbook.studies import records
 from vitbook.studies.provenance import one_thread
-from vitbook.train import evaluate, fit, random_shift
+from vitbook.train import Recipe, evaluate, fit, random_shift
 from vitbook.vit import VisionTransformer, ViTConfig
 
 __all__ = [
@@ -68,10 +68,12 @@ __all__ = [
     "BASE_VIT",
     "CNN_CHANNELS",
     "EXPERIMENTS",
+    "AUGMENT",
     "RECIPE",
     "RESULTS_PATH",
     "build_model",
     "load_results",
+    "recorded_recipe",
     "reproduce",
     "run_one",
     "summary",
@@ -96,17 +98,24 @@ BASE_VIT: dict[str, object] = {
     "attn_impl": "sdpa",
 }
 CNN_CHANNELS = (16, 32, 48)  # 19,162 parameters, against the base ViT's 17,642
-RECIPE: dict[str, object] = {
-    "epochs": 100,
-    "lr": 5e-3,
-    "weight_decay": 0.05,
-    "batch_size": 64,
-    "warmup_epochs": 5,
-    "label_smoothing": 0.1,
-    "augment": "random_shift(1)",
-}
+RECIPE = Recipe(epochs=100, lr=5e-3, weight_decay=0.05, batch_size=64, warmup_epochs=5,
+                label_smoothing=0.1)
+AUGMENT = "random_shift(1)"  # the runs' augmentation, by name (AUGMENTS)
 # What the recipe's "augment" names: the one-pixel shifts, or nothing (augmentation experiment).
 AUGMENTS = {"random_shift(1)": random_shift(1), "none": None}
+
+
+def recorded_recipe() -> dict[str, object]:
+    """The recipe as the results files record it: :data:`RECIPE`'s fields and the augmentation's
+    name (``experiments.json`` and ``distillation.json`` hold this layout).
+
+    Example:
+        >>> recorded_recipe()["epochs"], recorded_recipe()["augment"]
+        (100, 'random_shift(1)')
+
+    See chapter: Training and classification.
+    """
+    return {**RECIPE.to_dict(), "augment": AUGMENT}
 
 _READOUTS = {"token": {"class_token": True, "pool": "cls"}, "mean": {"class_token": False}}
 _POSITIONS = ("none", "learned", "sincos2d", "relative")
@@ -221,20 +230,13 @@ def run_one(setting: dict[str, object], seed: int) -> dict[str, object]:
     if fraction < 1.0:
         keep = training_subset(y_train, fraction)
         x_train, y_train = x_train[keep], y_train[keep]
-    augment = AUGMENTS[str(setting.get("augment", RECIPE["augment"]))]
-    recipe = {k: v for k, v in RECIPE.items() if k != "augment"}
+    augment = AUGMENTS[str(setting.get("augment", AUGMENT))]
     with one_thread():
         torch.manual_seed(seed)
         model = build_model(setting)
         start = time.perf_counter()
-        history = fit(
-            model,
-            (x_train, y_train),
-            seed=seed,
-            augment=augment,
-            progress=False,
-            **recipe,
-        )
+        history = fit(model, (x_train, y_train), RECIPE.replace(seed=seed), augment=augment,
+                      progress=False)  # fmt: skip
         seconds = time.perf_counter() - start
         validation = evaluate(model, (x_val, y_val))
         moved = evaluate(model, (_moved_right(x_val), y_val))
@@ -267,13 +269,13 @@ def time_training_step(setting: dict[str, object], *, repeats: int = 30) -> floa
     See chapter: Images as sequences of patches.
     """
     images, labels = load_digits_split(validation=True)[:2]  # the training part
-    images, labels = images[: RECIPE["batch_size"]], labels[: RECIPE["batch_size"]]
+    images, labels = images[: RECIPE.batch_size], labels[: RECIPE.batch_size]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         torch.manual_seed(0)
         model = build_model(setting).train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=float(RECIPE["lr"]))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=RECIPE.lr)
         times = []
         for step in range(3 + repeats):
             start = time.perf_counter()

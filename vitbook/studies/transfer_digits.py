@@ -56,6 +56,7 @@ from vitbook.pretrained.transfer import (
     freeze_body,
 )
 from vitbook.studies import records
+from vitbook.studies.experiments import RECIPE
 from vitbook.studies.provenance import one_thread
 from vitbook.train import evaluate, fit, random_shift
 from vitbook.vit import VisionTransformer, ViTConfig
@@ -114,14 +115,7 @@ MODEL: dict[str, object] = {
     "pool": "cls",
     "attn_impl": "sdpa",
 }
-PRETRAIN_RECIPE: dict[str, object] = {
-    "epochs": 100,
-    "lr": 5e-3,
-    "weight_decay": 0.05,
-    "batch_size": 64,
-    "warmup_epochs": 5,
-    "label_smoothing": 0.1,
-}
+PRETRAIN_RECIPE = RECIPE  # the experiments' recipe: the digits' one pre-training recipe
 # Every method sees the same random shifts of up to 1 pixel (random_shift(1)) and STEPS steps;
 # its learning rate is chosen on the validation digits from LR_GRID, a grid wide enough that the
 # choice falls inside it (a choice at its edge would ask for a wider grid).
@@ -245,10 +239,8 @@ def pretrain(seed: int) -> tuple[VisionTransformer, dict[str, float]]:
         torch.manual_seed(seed)
         model = VisionTransformer(ViTConfig(**MODEL))
         start = time.perf_counter()
-        history = fit(
-            model, data.source, seed=seed, augment=random_shift(1), progress=False,
-            **PRETRAIN_RECIPE,
-        )  # fmt: skip
+        history = fit(model, data.source, PRETRAIN_RECIPE.replace(seed=seed),
+                      augment=random_shift(1), progress=False)  # fmt: skip
         seconds = time.perf_counter() - start
         accuracy = evaluate(model, data.source_test)
     return model, {

@@ -48,6 +48,9 @@ PAD = 4  # pixels of background kept on either side of a piece's ink
 # drawn at 2 pixels per CSS px. Pieces up to this wide need not be cut further.
 NARROW = 716
 WHITE_ENOUGH = 252  # a palette colour this close to white in every channel is shown as white
+# zlib's level for the pictures: 7 encodes about four times as fast as 9 (PIL's optimize=True),
+# for files 1 to 15 % larger (measured on the book's explorers; every page stays far under 5 MB)
+PNG_COMPRESS_LEVEL = 7
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,8 @@ class Drawn:
 
 def ink(rgb: np.ndarray) -> np.ndarray:
     """(H, W) bool: the pixels of a frame (H, W, 3) uint8 that differ from its white background."""
-    return np.bitwise_and.reduce(rgb, axis=-1) != 255
+    # the three channels and-ed one by one: a tenth of the time of a reduce over the last axis
+    return (rgb[..., 0] & rgb[..., 1] & rgb[..., 2]) != 255
 
 
 def element_boxes(fig: Figure, renderer: object, *, narrow: int = NARROW) -> list[Box]:
@@ -308,21 +312,37 @@ def encode(rgb: np.ndarray) -> bytes:
     picture = Image.frombytes("P", (width, height), compact[indices].tobytes())
     picture.putpalette(palette[used].tobytes())
     buffer = io.BytesIO()
-    picture.save(buffer, format="PNG", optimize=True)
+    picture.save(buffer, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
     return buffer.getvalue()
 
 
-def encode_pieces(plan: Plan, rgb: np.ndarray) -> list[tuple[bytes, bytes]]:
-    """Each piece of one frame as (a digest of its pixels, its PNG)."""
-    return [
-        (hashlib.blake2b(piece.tobytes(), digest_size=16).digest(), encode(piece))
-        for piece in cut(plan, rgb)
-    ]
+def encode_pieces(
+    plan: Plan, rgb: np.ndarray, encoded: set[tuple[int, bytes]] | None = None
+) -> list[tuple[bytes, bytes | None]]:
+    """Each piece of one frame as (a digest of its pixels, its PNG).
+
+    ``encoded`` holds (piece index, digest) of the pieces already encoded and given to
+    :func:`collect` in an earlier frame: such a piece comes back as (digest, ``None``), and
+    this frame's new pieces are added to it.
+    """
+    pieces = []
+    for k, piece in enumerate(cut(plan, rgb)):
+        digest = hashlib.blake2b(piece.tobytes(), digest_size=16).digest()
+        if encoded is not None and (k, digest) in encoded:
+            pieces.append((digest, None))
+            continue
+        pieces.append((digest, encode(piece)))
+        if encoded is not None:
+            encoded.add((k, digest))
+    return pieces
 
 
-def collect(plan: Plan, keys: list[str], pieces: list[list[tuple[bytes, bytes]]]) -> Pictures:
+def collect(
+    plan: Plan, keys: list[str], pieces: list[list[tuple[bytes, bytes | None]]]
+) -> Pictures:
     """The :class:`Pictures` of frames ``keys``, given each frame's :func:`encode_pieces`: a
-    piece whose pixels repeat another frame's is stored once."""
+    piece whose pixels repeat another frame's is stored once (a piece without its PNG repeats
+    an earlier frame's)."""
     variants: list[list[bytes]] = [[] for _ in plan.pieces]
     seen: list[dict[bytes, int]] = [{} for _ in plan.pieces]
     frames = {}
@@ -330,6 +350,8 @@ def collect(plan: Plan, keys: list[str], pieces: list[list[tuple[bytes, bytes]]]
         chosen = []
         for k, (digest, png) in enumerate(frame):
             if digest not in seen[k]:
+                if png is None:
+                    raise ValueError(f"piece {k} of frame {key} repeats no earlier frame's")
                 seen[k][digest] = len(variants[k])
                 variants[k].append(png)
             chosen.append(seen[k][digest])

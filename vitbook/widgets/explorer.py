@@ -441,13 +441,21 @@ class Explorer:
             inked |= np.unpackbits(frame.ink, count=height * width).astype(bool)
             boxes.update(frame.boxes)
         plan = _panels.plan(inked.reshape(height, width), sorted(boxes))
-        pieces = _in_workers((plan, drawn), _cut_forked_frame, range(len(keys)), workers)
+        # each process encodes a piece it has met in an earlier frame only once
+        pieces = _in_workers((plan, drawn, set()), _cut_forked_frame, range(len(keys)), workers)
         return _panels.collect(plan, [",".join(map(str, key)) for key in keys], pieces)
 
-    def to_html(self) -> str:
+    def to_html(self, pictures: _panels.Pictures | None = None) -> str:
         """The static figure: controls, the pieces of every frame, and the script that shows
-        the pieces of the frame the controls choose."""
-        return _static_page.render(self.params, self.pictures(), description=self.description)
+        the pieces of the frame the controls choose.
+
+        Args:
+            pictures: what :meth:`pictures` returned for this explorer, to be shown without
+                drawing every frame again; by default the frames are drawn now.
+        """
+        if pictures is None:
+            pictures = self.pictures()
+        return _static_page.render(self.params, pictures, description=self.description)
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict:
         box = self.live()
@@ -516,6 +524,8 @@ def _draw_forked_frame(indices: tuple[int, ...]) -> _panels.Drawn:
     return _panels.Drawn.of(*explorer._draw(indices, boxes=indices == default))
 
 
-def _cut_forked_frame(index: int) -> list[tuple[bytes, bytes]]:
-    plan, drawn = _FORKED
-    return _panels.encode_pieces(plan, drawn[index].rgb())
+def _cut_forked_frame(index: int) -> list[tuple[bytes, bytes | None]]:
+    # A process meets its frames in order (pool.map hands out chunks in order), so a piece
+    # it encoded is in a frame before the one that repeats it, and collect meets it first.
+    plan, drawn, encoded = _FORKED
+    return _panels.encode_pieces(plan, drawn[index].rgb(), encoded)
