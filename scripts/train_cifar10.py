@@ -116,7 +116,7 @@ from vitbook.studies.session import (
     budgets_left,
     code_version,
 )
-from vitbook.train import evaluate, fit, resolve_precision
+from vitbook.train import Recipe, evaluate, fit, resolve_precision
 from vitbook.train import resume as training_state
 from vitbook.train.distill import DistillationLoss
 from vitbook.train.step import DivergenceError
@@ -292,36 +292,36 @@ def run(
     row = ALL_ROWS[name]
     torch.manual_seed(seed)
     model = build(row, splits.num_classes, args.tiny).to(device)
-    settings = {k: row.get(k, v) for k, v in BASE.items()}
-    mix = None
+    # What decides the run's numbers, one value: the ladder's base recipe, the row's changes
+    # (the next ladder's rows name a weight-decay rule and repeated augmentation), the seed.
+    changes = {k: row[k] for k in ("weight_decay_rule", "repeated_augmentation") if k in row}
+    run_recipe = Recipe(epochs=epochs_of(name, args), seed=seed,
+                    **{k: row.get(k, v) for k, v in BASE.items()}, **changes)  # fmt: skip
+    if args.batch_size:
+        run_recipe = run_recipe.replace(batch_size=args.batch_size)
+    smoothing, mix, criterion = run_recipe.label_smoothing, None, {}
     if row.get("mix"):  # MixUp/CutMix carry the label smoothing in their soft targets
-        mix = augment.mixup_cutmix(splits.num_classes, label_smoothing=settings["label_smoothing"])
-        settings["label_smoothing"] = 0.0
-    criterion = {}
+        mix = augment.mixup_cutmix(splits.num_classes, label_smoothing=smoothing)
+        smoothing = 0.0  # not twice: a criterion then smooths nothing more
     if "teacher" in row:  # DeiT: the teacher labels the batch the student sees, in its autocast
         teacher = getattr(args, "teachers", {}).get((row["teacher"], seed))
         if teacher is None:
             teacher = load_teacher(args, name, seed, splits.num_classes, device)
         criterion["criterion"] = DistillationLoss(
-            teacher, row["distillation"], label_smoothing=settings["label_smoothing"]
-        )
-        settings["label_smoothing"] = 0.0  # the criterion smooths the true labels
+            teacher, row["distillation"], label_smoothing=smoothing
+        )  # the criterion smooths the true labels
     elif row.get("distilled"):  # the token without a teacher: both heads on the labels
         criterion["criterion"] = DistillationLoss(
-            None, row["distillation"], label_smoothing=settings["label_smoothing"]
+            None, row["distillation"], label_smoothing=smoothing
         )
-        settings["label_smoothing"] = 0.0
-    if args.batch_size:
-        settings["batch_size"] = args.batch_size
-    # the next ladder's rows name these; the recorded rows train with fit's defaults
-    newer = {k: row[k] for k in ("weight_decay_rule", "repeated_augmentation") if k in row}
+    if mix is not None or criterion:
+        run_recipe = run_recipe.replace(label_smoothing=0.0)  # smoothed where the targets are made
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
-    history = fit(model, splits.train, epochs=epochs_of(name, args), seed=seed,
-                  augment=augmentation(row), mix=mix, eval_data=splits.val,
-                  progress=rank == 0, compile=compiles(args, device), resume=resume,
-                  after_epoch=after_epoch, **settings, **newer, **criterion)  # fmt: skip
+    history = fit(model, splits.train, run_recipe, augment=augmentation(row), mix=mix,
+                  eval_data=splits.val, progress=rank == 0, compile=compiles(args, device),
+                  resume=resume, after_epoch=after_epoch, **criterion)  # fmt: skip
     seconds = time.perf_counter() - start
     if history.epochs < epochs_of(name, args):
         return None, model

@@ -284,8 +284,8 @@ def test_each_row_gets_its_augmentation_and_fit_arguments(monkeypatch):
     assert made == [("random_crop_flip", (), {"padding": 4}), ("rand_augment", (2, 9), {})]
     seen = {}
 
-    def fake_fit(model, data, **kwargs):
-        seen.update(kwargs)
+    def fake_fit(model, data, recipe, **kwargs):
+        seen.update(kwargs, recipe=recipe)
         raise RuntimeError("stop after the call")
 
     monkeypatch.setattr(script, "fit", fake_fit)
@@ -293,13 +293,17 @@ def test_each_row_gets_its_augmentation_and_fit_arguments(monkeypatch):
     splits = script.cifar10_standin(n_train=30, n_val=30, n_test=30)
     with pytest.raises(RuntimeError, match="stop after the call"):
         script.run("vit-200", 0, splits, args, script.torch.device("cpu"), 0)
-    assert seen["weight_decay_rule"] == "timm" and seen["repeated_augmentation"] == 3
-    assert seen["label_smoothing"] == 0.0 and seen["mix"] is not None  # smoothing in the mix
-    assert seen["epochs"] == 200 and seen["batch_size"] == 256 and seen["warmup_epochs"] == 3
+    recipe = seen["recipe"]
+    assert recipe.weight_decay_rule == "timm" and recipe.repeated_augmentation == 3
+    assert recipe.label_smoothing == 0.0 and seen["mix"] is not None  # smoothing in the mix
+    assert recipe.epochs == 200 and recipe.batch_size == 256 and recipe.warmup_epochs == 3
+    assert recipe.seed == 0
     seen.clear()
     with pytest.raises(RuntimeError):
         script.run("vit-crop-flip", 0, splits, args, script.torch.device("cpu"), 0)
-    assert "weight_decay_rule" not in seen and seen["label_smoothing"] == 0.1  # as recorded
+    recipe = seen["recipe"]  # the recorded rows name no rule: they train with fit's default
+    assert "weight_decay_rule" not in recipe.to_dict() and recipe.weight_decay_rule == "all"
+    assert recipe.label_smoothing == 0.1  # as recorded
 
 
 # --- the rows of "Can a ViT beat the CNN that taught it?" ------------------------------------
