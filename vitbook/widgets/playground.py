@@ -60,10 +60,10 @@ import base64
 import html
 import json
 import math
-from importlib import resources
 
 import torch
 
+from vitbook._files import ASSETS
 from vitbook.vit import VisionTransformer
 
 __all__ = ["DigitPlayground", "decode_weights", "digit_playground", "export_weights"]
@@ -331,7 +331,7 @@ def _number(value: float) -> float | int:
 
 
 def _script() -> str:
-    return (resources.files("vitbook") / "assets" / "playground.js").read_text(encoding="utf-8")
+    return (ASSETS / "playground.js").read_text(encoding="utf-8")
 
 
 def render(payload: dict) -> str:
