@@ -116,16 +116,22 @@ def tagged(cells: list[dict], tag: str) -> list[dict]:
 
 
 def test_solutions_are_collapsed_cells_after_their_stub(generated):
+    """Every cell the HTML book folds whole (``hide-cell``) is collapsed in the copy: an
+    exercise's solution, titled "Solution", or a long table folded with its code, titled as its
+    button reads in the HTML book ("Show the two tables" gives "The two tables")."""
     solutions = 0
     for page, (source, notebook) in generated.items():
         hidden = tagged(source["cells"], "hide-cell")
         forms = tagged(notebook["cells"], "hide-cell")
         assert len(forms) == len(hidden), f"{page}: {len(hidden)} solutions, {len(forms)} copied"
-        for cell in forms:
-            assert text(cell).startswith("#@title Solution\n"), text(cell)[:80]
+        for original, cell in zip(hidden, forms, strict=True):
+            prompt = original["metadata"].get("mystnb", {}).get("code_prompt_show")
+            words = prompt.removeprefix("Show ") if prompt else "Solution"
+            title = words[:1].upper() + words[1:]
+            assert text(cell).startswith(f"#@title {title}\n"), text(cell)[:80]
             assert cell["metadata"]["cellView"] == "form"
             assert cell["metadata"]["jupyter"]["source_hidden"] is True
-        solutions += len(forms)
+            solutions += title == "Solution"
     assert solutions >= 20
 
 
