@@ -140,20 +140,8 @@ RESULTS_PATH = ASSETS / "distillation.json"
 TEACHER_PATH = ASSETS / "digits_cnn_teacher.safetensors"
 
 FRACTION = 0.5  # of the 1,077 training digits: 536, where the CNN leads the ViT clearly
-STUDENT: dict[str, object] = {
-    "img_size": 8,
-    "patch_size": 2,
-    "in_chans": 1,
-    "num_classes": 10,
-    "embed_dim": 32,
-    "depth": 2,
-    "num_heads": 4,
-    "mlp_ratio": 2.0,
-    "pos_embed": "sincos2d",
-    "class_token": True,
-    "pool": "cls",
-    "attn_impl": "sdpa",
-}
+# The data-size experiment's ViT, read out from a class token as DeiT's students are.
+STUDENT: dict[str, object] = {**experiments.BASE_VIT, "class_token": True, "pool": "cls"}
 DISTILLATION: dict[str, float] = {"alpha": 0.5, "tau": 1.0}  # DeiT's defaults
 MIX: dict[str, float] = {"mixup_alpha": 0.8, "cutmix_alpha": 1.0}  # DeiT's, one draw a batch
 # The weak teacher's share of the training digits (109 of them, inside the 536): the CNN of the
