@@ -2,8 +2,12 @@
 
 - :mod:`vitbook.data.samples`: photos bundled with matplotlib and scikit-learn, and the 8x8
   digits split into training, validation and test (``from vitbook.data import ...``).
+- :mod:`vitbook.data.cifar_sample`: 6,000 real CIFAR-10 photos that ship with the package
+  (``from vitbook.data import load_cifar10_sample``).
 - :mod:`vitbook.data.cifar`: CIFAR-10 with a validation split (torchvision or a ``.npz``), and
   an offline stand-in.
+- :mod:`vitbook.data.folders`: your own photos, a subfolder per class (torchvision's
+  ``ImageFolder`` layout).
 - :mod:`vitbook.data.augment`: augmentation drawn for every image on the device (crop and flip,
   RandAugment, MixUp and CutMix), built from :mod:`vitbook.data.image_ops`,
   :mod:`vitbook.data.randaugment` and :mod:`vitbook.data.mixing`.
@@ -11,6 +15,16 @@
 See chapter: Images as sequences of patches.
 """
 
+from vitbook.data.cifar_sample import cifar10_sample_splits, load_cifar10_sample
+from vitbook.data.folders import load_image_folder, write_image_folder
 from vitbook.data.samples import SAMPLE_IMAGES, load_digits_split, sample_image
 
-__all__ = ["SAMPLE_IMAGES", "load_digits_split", "sample_image"]
+__all__ = [
+    "SAMPLE_IMAGES",
+    "cifar10_sample_splits",
+    "load_cifar10_sample",
+    "load_digits_split",
+    "load_image_folder",
+    "sample_image",
+    "write_image_folder",
+]
