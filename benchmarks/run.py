@@ -10,6 +10,8 @@ Sections (all by default, in this order):
             and the top operators of a profiled forward pass
     memory  peak memory of a ViT-B/16 inference forward pass at batch 8, both attention impls
     threads one torch thread against two for the book's tiny models, idle and with a core busy
+    photos_cpu  the CPU recording's photo ViT: each change to its training step (threads, batch,
+            bf16, the attention path, torch.compile, uint8 data) against the plain step
     budget  every notebook of _toc.yml against its 30 s target (alone and in the full strict
             build), and the wall time of the test command
     gpu     fit against a plain training loop, and vitbook's ViT-B/16 against timm's, on CUDA
@@ -37,7 +39,7 @@ from benchmarks.common import THREADS, Table, machine, set_threads  # noqa: E402
 
 # Each section is imported when it runs, so that one runs where only its packages are installed
 # (budget needs the book's: nbformat, nbclient, yaml; gpu needs torch, and timm for one table).
-SECTIONS = ("speed", "limit", "memory", "threads", "budget", "gpu")
+SECTIONS = ("speed", "limit", "memory", "threads", "photos_cpu", "budget", "gpu")
 
 
 def section(name: str) -> Callable[..., list[Table]]:

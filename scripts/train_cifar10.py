@@ -94,8 +94,8 @@ from vitbook.data.cifar import (
     cifar10_standin,
     load_cifar10,
 )
+from vitbook.studies import cpu_photos, records
 from vitbook.studies import provenance as provenance_of
-from vitbook.studies import records
 from vitbook.studies.ladder import (
     BASE,
     BEST_ROW,
@@ -127,8 +127,10 @@ VIT = ViTConfig(img_size=32, patch_size=4, num_classes=10, embed_dim=256, depth=
                 mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
 TINY = ViTConfig(img_size=32, patch_size=8, num_classes=10, embed_dim=32, depth=2, num_heads=2,
                  mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
-ALL_ROWS = {**ROWS, **RECORDED_ROWS, **DEIT_ROWS}  # DEIT_ROWS: the ladder module's, one change each
-NEXT = {**ROWS, **DEIT_ROWS}  # the rows a state folder records
+ALL_ROWS = {**ROWS, **RECORDED_ROWS, **DEIT_ROWS, **cpu_photos.ROWS}
+NEXT = {**ROWS, **DEIT_ROWS}  # the rows a state folder records by default (--plan next)
+# What a state folder can record: --plan next (the GPU ladder) or --plan cpu (the CPU run).
+PLANS = {"next": (NEXT, {**PLAN, **DEIT_PLAN}), "cpu": (cpu_photos.ROWS, cpu_photos.PLAN)}
 INSIDE_PHOTOS = 8  # test photos whose rollout maps the chapter shows
 DISTANCE_PHOTOS = 512  # test photos over which mean attention distance is averaged
 TIMING_NOTE = ("wall_clock_minutes: each run's wall-clock time, which includes validation and "
@@ -172,7 +174,7 @@ def build(row: dict[str, object], n_cls: int, tiny: bool) -> nn.Module:
     if row["model"] == "resnet18":
         body: nn.Module = CifarResNet18(n_cls)
     else:
-        base = TINY if tiny else VIT
+        base = TINY if tiny else ViTConfig(**row["vit"]) if "vit" in row else VIT
         config = dataclasses.replace(
             base, num_classes=n_cls, drop_path_rate=row.get("drop_path_rate", 0.0),
             distilled=row.get("distilled", False), stem=row.get("stem", "patch"),
@@ -294,7 +296,8 @@ def run(
     model = build(row, splits.num_classes, args.tiny).to(device)
     # What decides the run's numbers, one value: the ladder's base recipe, the row's changes
     # (the next ladder's rows name a weight-decay rule and repeated augmentation), the seed.
-    changes = {k: row[k] for k in ("weight_decay_rule", "repeated_augmentation") if k in row}
+    changes = {k: row[k] for k in ("weight_decay_rule", "repeated_augmentation", "precision")
+               if k in row}  # fmt: skip
     run_recipe = Recipe(epochs=epochs_of(name, args), seed=seed,
                     **{k: row.get(k, v) for k, v in BASE.items()}, **changes)  # fmt: skip
     if args.batch_size:
@@ -334,6 +337,7 @@ def run(
         "precision": history.precision,
         "train_loss": history.train_loss,
         "val_accuracy": history.eval_accuracy,
+        "epoch_seconds": history.seconds,  # each epoch's wall clock, its validation included
         "final_val_accuracy": history.eval_accuracy[-1],
         # The test set, read once, for the number the chapter reports.
         "test_accuracy": evaluate(model, splits.test, precision="auto"),
@@ -360,8 +364,15 @@ def provenance(args, splits: ImageSplits, processes: int, device: torch.device) 
         "processes": processes,
         "date": provenance_of.now(),
         "git_commit": provenance_of.git("rev-parse", "HEAD", where=Path(__file__).parent),
-        "device": gpu or f"CPU ({platform.processor() or platform.machine()})",
+        "device": gpu or f"CPU ({provenance_of.cpu_model_name()})",
         "gpu": gpu,
+        "cpu": provenance_of.cpu_model_name(),
+        "cpu_capability": provenance_of.cpu_capability(),
+        "cpu_matrix_features": provenance_of.cpu_matrix_features(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "kernel_variables": {k: os.environ[k] for k in provenance_of.RECORDED_VARIABLES
+                             if k in os.environ},
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
@@ -370,7 +381,10 @@ def provenance(args, splits: ImageSplits, processes: int, device: torch.device) 
                  "test": len(splits.test[1]), "note": args.data_note},  # fmt: skip
         "seeds": sorted({seed for _, seeds in args.plan for seed in seeds}),
         "base_recipe": BASE,
-        "vit": dataclasses.asdict(TINY if args.tiny else VIT),
+        "plan": args.plan_name,
+        "vit": dataclasses.asdict(TINY if args.tiny else VIT) if args.plan_name == "next"
+        else {row: dataclasses.asdict(TINY) if args.tiny else cpu_photos.ROWS[row]["vit"]
+              for row in cpu_photos.ROWS},
         "timing": TIMING_NOTE,
     }
 
@@ -465,6 +479,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     source.add_argument("--standin", action="store_true", help="the offline stand-in (smoke runs)")
     parser.add_argument("--download", action="store_true", help="let torchvision download")
     parser.add_argument("--data-note", default="", help="recorded with the data, e.g. its origin")
+    parser.add_argument("--plan", choices=list(PLANS), default="next",
+                        help="what a state folder (or --plan-only) records: the GPU ladder's "
+                             "next recording (next) or the photo ViT on a CPU (cpu)")
     parser.add_argument("--rows", nargs="+", choices=list(ALL_ROWS),
                         help="the rows to train (default: the next ladder; with --state or "
                              "--plan-only, the whole next recording)")  # fmt: skip
@@ -474,8 +491,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     parser.add_argument("--epochs", type=positive, help="override every row's epochs (smoke runs)")
     parser.add_argument("--batch-size", type=positive, help="override the global batch size")
     parser.add_argument("--tiny", action="store_true", help="a tiny ViT (smoke runs)")
-    parser.add_argument("--inside", default=BEST_ROW, choices=list(ALL_ROWS),
-                        help="the row whose seed 0 the chapter looks inside")  # fmt: skip
+    parser.add_argument("--inside", choices=list(ALL_ROWS),
+                        help="the row whose seed 0 the chapter looks inside (default: "
+                             f"{BEST_ROW}; with --plan cpu, {cpu_photos.ROW})")  # fmt: skip
     parser.add_argument("--out", type=Path, help="results file (default: a new file in runs/)")
     parser.add_argument("--write-assets", action="store_true",
                         help="allow --out (or --save-dir) in vitbook/assets, the shipped files")
@@ -511,6 +529,9 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
         record.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.plan_name = args.plan
+    if args.inside is None:
+        args.inside = cpu_photos.ROW if args.plan_name == "cpu" else BEST_ROW
     if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds {' '.join(map(str, args.seeds))} names a seed twice; one run "
                      "per seed (two would count as two seeds).")  # fmt: skip
@@ -585,16 +606,21 @@ def state_plan(args, parser: argparse.ArgumentParser) -> argparse.Namespace:
             parser.error(f"{flag} with --state: the state folder keeps the results "
                          "(results.json), the weights and the teachers (weights/); leave "
                          f"{flag} out, and merge STATE/results.json where it should go.")
-    rows = args.rows or list(NEXT)
-    old = [name for name in rows if name not in NEXT]
+    plan_rows, plan_seeds = PLANS[args.plan_name]
+    rows = args.rows or list(plan_rows)
+    old = [name for name in rows if name not in plan_rows]
     if old:
-        parser.error(f"{old} belong to the recorded ladder, not to the next recording; a state "
-                     f"folder records {list(NEXT)}.")  # fmt: skip
+        parser.error(f"{old} are not rows of --plan {args.plan_name}; a state folder of it "
+                     f"records {list(plan_rows)}.")  # fmt: skip
     if len(set(rows)) != len(rows):
         parser.error(f"--rows {' '.join(rows)} names a row twice; name each once.")
     seeds = {name: tuple(args.seeds) if args.seeds is not None
-             else {**PLAN, **DEIT_PLAN}[name] for name in rows}  # fmt: skip
-    args.rows, args.order = rows, recording_order(seeds)
+             else plan_seeds[name] for name in rows}  # fmt: skip
+    if args.plan_name == "next":
+        args.order = recording_order(seeds)
+    else:  # one row after another, seed by seed
+        args.order = [(name, seed) for name in rows for seed in seeds[name]]
+    args.rows = rows
     args.plan = [(name, seeds[name]) for name in dict.fromkeys(r for r, _ in args.order)]
     if args.state is not None:
         try:
@@ -633,6 +659,12 @@ def check_outputs(args, parser: argparse.ArgumentParser) -> dict | None:
 
 def print_plan(args) -> None:
     """The plan in recording order, priced from fit(compile=True)'s measured H100 epoch."""
+    if args.plan_name == "cpu":  # priced by the machine it runs on: its sessions measure it
+        print(f"The CPU plan: {len(args.order)} run(s), each priced by the epochs a session "
+              "measures on its own machine:")
+        for row, seed in args.order:
+            print(f"  {row} seed {seed}: {args.epochs or ALL_ROWS[row]['epochs']} epochs")
+        return
     seconds = H100_COMPILED
     cost = plan_cost(seconds, args.order)
     print(f"The plan: {len(cost)} runs in recording order; minutes at {seconds} s an epoch, "
@@ -666,7 +698,7 @@ def folder_identity(args, splits: ImageSplits, device: torch.device) -> dict:
         "torch": str(torch.__version__),
         "precision": resolve_precision("auto", device),
         "compile": compiles(args, device),
-        "model": "tiny" if args.tiny else "photo ViT",
+        "model": "tiny" if args.tiny else "photo ViT" if args.plan_name == "next" else "CPU photo ViT",
         "epochs_override": args.epochs,
         "batch_size_override": args.batch_size,
     }
@@ -674,7 +706,8 @@ def folder_identity(args, splits: ImageSplits, device: torch.device) -> dict:
 
 def planned_rows(args) -> dict[str, tuple[int, dict]]:
     """Row -> (epochs, recipe) of every row a state folder of this identity records."""
-    return {name: (epochs_of(name, args), recipe(name, args.batch_size)) for name in NEXT}
+    rows = PLANS[args.plan_name][0]
+    return {name: (epochs_of(name, args), recipe(name, args.batch_size)) for name in rows}
 
 
 def teachers_of(args) -> set[tuple[str, int]]:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["KERNEL_VARIABLES", "command", "cpu_capability", "cpu_model_name", "cpu_run", "git",
-           "now", "one_thread"]  # fmt: skip
+__all__ = ["KERNEL_VARIABLES", "command", "cpu_capability", "cpu_matrix_features",
+           "cpu_model_name", "cpu_run", "git", "now", "one_thread"]  # fmt: skip
 
 # The variables that choose torch's CPU kernels, recorded when set, and the threads (which do not
 # change a one-thread run's arithmetic, whatever they say).
@@ -53,6 +53,27 @@ def cpu_capability() -> str:
     round float sums differently: an exact re-run needs the same capability, not only the name.
     """
     return str(torch.backends.cpu.get_cpu_capability())
+
+
+# The CPU features that decide how fast bf16 trains: matrix units (AMX) and bf16 vector products.
+MATRIX_FEATURES = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
+
+
+def cpu_matrix_features() -> list[str]:
+    """Which of :data:`MATRIX_FEATURES` this CPU reports (Linux; empty elsewhere).
+
+    bf16 training on a CPU is several times faster than fp32 where there is ``amx_bf16`` and
+    several times slower where there is neither it nor ``avx512_bf16``: a recorded time on a
+    CPU says which it had.
+    """
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return [name for name in MATRIX_FEATURES if name in flags]
+    except OSError:
+        pass
+    return []
 
 
 def git(*args: str, where: str | os.PathLike) -> str:

@@ -1,0 +1,126 @@
+"""The photo ViT trained on a CPU: its size, its recipe, its recorded run and its time to accuracy.
+
+A ViT of the book's own code (patch embedding, class token, no convolution anywhere) trained
+from scratch on the 45,000 training photos of CIFAR-10 on two CPU cores, within two hours.
+``scripts/train_cifar10.py --plan cpu`` records it through a state folder (so that it can run
+in slots and survive a stop), every epoch's validation accuracy with its wall-clock seconds, and
+the test accuracy on the 10,000 test photos once, at the end; the shipped recording is
+:data:`RESULTS_PATH`, read with :func:`load_results`. :func:`time_to_accuracy` reads the minutes
+at which the validation accuracy first reached each of a list of levels.
+
+The model's size was set by two limits: its weights ship with the package and run in a web page
+(at most 2 million parameters, stored as 8-bit integers), and its epoch had to be short enough
+on two cores for many epochs in two hours (measured by ``benchmarks/photos_cpu.py``). Its
+recipe is the GPU ladder's base recipe (AdamW, peak learning rate 1e-3, weight decay 0.05,
+label smoothing 0.1, crop and flip): two runs of 10 epochs on the validation photos found no
+gain in a peak of 2e-3 (0.668 against 0.675). Its 70 epochs fill about 105 minutes.
+
+See chapter: Real photos on a CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vitbook import _files
+from vitbook._files import ASSETS
+from vitbook.studies.recording import Progress, progress_of
+
+__all__ = ["CPU_VIT", "PLAN", "RESULTS_PATH", "ROW", "ROWS", "load_progress", "load_results",
+           "time_to_accuracy"]  # fmt: skip
+
+RESULTS_PATH = ASSETS / "cifar10_cpu_results.json"
+# DeiT-Ti's width (D = 192, 3 heads of 64) at half its depth with half its MLP: 1.81 M
+# parameters, 4 x 4 patches of a 32 x 32 photo (64 tokens and the class token). The explicit
+# attention path: on a CPU, bf16 runs its matrix products on the matrix units where a CPU has
+# them, and PyTorch's fused CPU attention kernel is slower in bf16 than in fp32.
+CPU_VIT = {"img_size": 32, "patch_size": 4, "num_classes": 10, "embed_dim": 192, "depth": 6,
+           "num_heads": 3, "mlp_ratio": 2.0, "attn_impl": "explicit"}  # fmt: skip
+ROW = "vit-cpu"
+ROWS: dict[str, dict[str, object]] = {
+    ROW: {"model": "vit", "vit": CPU_VIT, "epochs": 70, "lr": 1e-3, "weight_decay": 0.05,
+          "batch_size": 256, "warmup_epochs": 3, "label_smoothing": 0.1, "augment": "crop-flip",
+          "precision": "bf16"},
+}  # fmt: skip
+PLAN: dict[str, tuple[int, ...]] = {ROW: (0,)}
+
+
+def load_results(path: str | Path = RESULTS_PATH) -> dict:
+    """The recorded CPU run: ``{"runs": [...], "provenance": [...]}`` (a state folder's
+    ``results.json``, copied into the package).
+
+    Raises:
+        FileNotFoundError: nothing recorded at ``path``, with the command that records it.
+        vitbook._files.ResultsFileError: a damaged file or one without runs, named.
+
+    See chapter: Real photos on a CPU.
+    """
+    remedy = ("record it with `python scripts/train_cifar10.py --plan cpu --data cifar10.npz "
+              "--state DIR --minutes M`.")  # fmt: skip
+    results = _files.read_json(path, remedy=remedy)
+    if not results.get("runs") or not results.get("provenance"):
+        raise _files.ResultsFileError(f"{path} holds no runs or no provenance; {remedy}")
+    return results
+
+
+def load_progress(path: str | Path = RESULTS_PATH) -> Progress:
+    """What a possibly partial results file holds of the CPU plan (see
+    :func:`vitbook.studies.recording.progress_of`)."""
+    path = Path(path)
+    order = [(row, seed) for row, seeds in PLAN.items() for seed in seeds]
+    planned = {row: (ROWS[row]["epochs"], planned_recipe(row)) for row in PLAN}
+    if not path.exists():
+        return progress_of(None, order, planned, source=f"nothing recorded yet: no file at {path}")
+    return progress_of(_files.read_json(path, remedy="record it again."), order, planned,
+                       source=str(path))  # fmt: skip
+
+
+def planned_recipe(row: str) -> dict[str, object]:
+    """What a run of the CPU plan records as its recipe: the row's fields but epochs."""
+    if row not in ROWS:
+        raise ValueError(f"{row!r} is not a row of the CPU plan; choose from {list(ROWS)}.")
+    return {k: v for k, v in ROWS[row].items() if k != "epochs"}
+
+
+def time_to_accuracy(run: dict, levels: tuple[float, ...]) -> dict[float, float | None]:
+    """Minutes of training after which the validation accuracy first reached each level.
+
+    The minutes are the run's wall-clock seconds summed epoch by epoch (each epoch's validation
+    pass included), so they are a time-to-accuracy curve read at ``levels``.
+
+    Args:
+        run: a recorded run with ``val_accuracy`` and ``epoch_seconds``, one entry per epoch.
+        levels: accuracies as fractions, e.g. ``(0.5, 0.75)``.
+
+    Returns:
+        ``{level: minutes}``, ``None`` for a level the run never reached.
+
+    Raises:
+        ValueError: a run without one time per epoch, or a level outside [0, 1].
+
+    Example:
+        >>> run = {"val_accuracy": [0.4, 0.6, 0.7], "epoch_seconds": [60.0, 60.0, 90.0]}
+        >>> time_to_accuracy(run, (0.5, 0.7, 0.9))
+        {0.5: 2.0, 0.7: 3.5, 0.9: None}
+
+    See chapter: Real photos on a CPU.
+    """
+    accuracy, seconds = run.get("val_accuracy"), run.get("epoch_seconds")
+    if not accuracy or seconds is None or len(seconds) != len(accuracy):
+        raise ValueError(
+            "the run needs val_accuracy and epoch_seconds of the same length (one per epoch), "
+            f"got {len(accuracy or [])} and {len(seconds or [])}; record it with "
+            "scripts/train_cifar10.py, which writes both."
+        )
+    bad = [level for level in levels if not 0 <= level <= 1]
+    if bad:
+        raise ValueError(f"levels {bad} are not fractions in [0, 1]; 75% is 0.75.")
+    found: dict[float, float | None] = {}
+    for level in levels:
+        elapsed, found[level] = 0.0, None
+        for value, spent in zip(accuracy, seconds, strict=True):
+            elapsed += spent
+            if value >= level:
+                found[level] = round(elapsed / 60, 2)
+                break
+    return found
