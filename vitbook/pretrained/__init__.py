@@ -12,6 +12,7 @@ See chapter: A pretrained ViT.
 """
 
 from vitbook.pretrained.weights import (
+    CIFAR10_VIT_PATH,
     DEFAULT_CHECKPOINT,
     DIGITS_VIT_CLS_PATH,
     DIGITS_VIT_PATH,
@@ -22,6 +23,7 @@ from vitbook.pretrained.weights import (
     from_hf_state_dict,
     from_timm_state_dict,
     hf_class_names,
+    load_cifar10_vit,
     load_digits_pretrained,
     load_digits_vit,
     load_model,
@@ -32,6 +34,7 @@ from vitbook.pretrained.weights import (
 )
 
 __all__ = [
+    "CIFAR10_VIT_PATH",
     "DEFAULT_CHECKPOINT",
     "DIGITS_VIT_CLS_PATH",
     "DIGITS_VIT_PATH",
@@ -42,6 +45,7 @@ __all__ = [
     "from_hf_state_dict",
     "from_timm_state_dict",
     "hf_class_names",
+    "load_cifar10_vit",
     "load_digits_pretrained",
     "load_digits_vit",
     "load_model",

@@ -25,18 +25,80 @@ from vitbook.pretrained import _weights
 from vitbook.vit import VisionTransformer, ViTConfig, check_fields
 
 __all__ = [
+    "CIFAR10_VIT_PATH",
     "DIGITS_VIT_CLS_PATH",
     "DIGITS_VIT_PATH",
     "RESERVED_METADATA",
     "ExistingFileError",
+    "dequantize_int8",
     "load_model",
+    "quantize_int8",
     "read_metadata",
     "save_model",
 ]
 
 DIGITS_VIT_PATH = ASSETS / "digits_vit.safetensors"
 DIGITS_VIT_CLS_PATH = ASSETS / "digits_vit_cls.safetensors"
-RESERVED_METADATA = ("config",)
+CIFAR10_VIT_PATH = ASSETS / "cifar10_vit.safetensors"
+RESERVED_METADATA = ("config", "int8")
+SCALE = ".int8_scale"  # the tensor beside an int8 weight that holds its rows' scales
+
+
+def quantize_int8(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Every weight matrix as 8-bit integers with one fp32 scale per output row.
+
+    A weight ``w`` of shape (out, ...) becomes ``q = round(w / s)`` in int8 (-127 .. 127), with
+    one scale ``s`` for each output row ``o``: ``max |w[o]| / 127`` rounded up to 16 significant
+    bits. Biases, norms, the class token and the position embeddings stay as they are.
+    :func:`dequantize_int8` computes ``q * s``: with 8 bits in ``q`` and 16 in ``s`` the product
+    is exact in fp32, so those values are the model wherever it runs (a web page computes the
+    same numbers), and quantizing them again gives back the same ``q`` and ``s``.
+
+    Returns:
+        ``(tensors, names)``: the int8 weights under their own names, their scales under
+        ``name + ".int8_scale"``, the other tensors unchanged; the names made int8.
+
+    Example:
+        >>> packed, names = quantize_int8({"fc.weight": torch.tensor([[0.5, -1.0], [2.0, 0.1]]),
+        ...                                "fc.bias": torch.zeros(2)})
+        >>> names, packed["fc.weight"].tolist()
+        (['fc.weight'], [[63, -127], [127, 6]])
+
+    See chapter: Real photos on a CPU.
+    """
+    packed: dict[str, torch.Tensor] = {}
+    names = []
+    for name, tensor in tensors.items():
+        if name.endswith("weight") and tensor.dim() >= 2:
+            rows = tensor.detach().float().flatten(1)  # (out, rest)
+            scale = (rows.abs().amax(dim=1) / 127).clamp_min(2.0**-100)
+            mantissa, exponent = torch.frexp(scale)  # scale = mantissa * 2**exponent
+            scale = torch.ldexp(torch.ceil(mantissa * 2**16) / 2**16, exponent)  # 16 bits, up
+            quantized = torch.round(rows / scale[:, None]).clamp(-127, 127)
+            packed[name] = quantized.to(torch.int8).reshape(tensor.shape).contiguous()
+            packed[name + SCALE] = scale.contiguous()
+            names.append(name)
+        else:
+            packed[name] = tensor
+    return packed, names
+
+
+def dequantize_int8(tensors: dict[str, torch.Tensor], names: list[str]) -> dict[str, torch.Tensor]:
+    """The weights of :func:`quantize_int8` back as fp32, ``q * s`` row by row.
+
+    Example:
+        >>> packed, names = quantize_int8({"fc.weight": torch.tensor([[0.5, -1.0]])})
+        >>> dequantize_int8(packed, names)["fc.weight"].tolist()
+        [[0.4960777759552002, -1.0000298023223877]]
+
+    See chapter: Real photos on a CPU.
+    """
+    out = {name: t for name, t in tensors.items() if not name.endswith(SCALE)}
+    for name in names:
+        scale = tensors[name + SCALE].float()
+        shape = (-1,) + (1,) * (tensors[name].dim() - 1)
+        out[name] = tensors[name].float() * scale.reshape(shape)
+    return out
 
 
 class ExistingFileError(FileExistsError, ValueError):
@@ -47,7 +109,12 @@ class ExistingFileError(FileExistsError, ValueError):
 
 
 def save_model(
-    model: VisionTransformer, path: str | Path, *, overwrite: bool = False, **metadata: str
+    model: VisionTransformer,
+    path: str | Path,
+    *,
+    overwrite: bool = False,
+    int8: bool = False,
+    **metadata: str,
 ) -> None:
     """Write a ``VisionTransformer``'s weights and config to a safetensors file, atomically.
 
@@ -59,6 +126,9 @@ def save_model(
         model: the model; its ``config`` is stored as JSON under the metadata key ``"config"``.
         path: the file to write.
         overwrite: replace ``path`` even if it is not a vitbook model file.
+        int8: store the weight matrices as 8-bit integers with a scale per row
+            (:func:`quantize_int8`): a quarter of the size. :func:`load_model` reads them back
+            as the fp32 values ``q * s``, which are then the model.
         **metadata: further string entries for the header (for example a test accuracy); the
             key ``"config"`` is reserved.
 
@@ -88,6 +158,7 @@ def save_model(
         )
     path = _weights.file_path("path", path)
     _checks.boolean("overwrite", overwrite)
+    _checks.boolean("int8", int8)
     wrong = {k: type(v).__name__ for k, v in metadata.items() if not isinstance(v, str)}
     if wrong:
         raise TypeError(f"metadata values must be str, got {wrong}; convert them with str().")
@@ -114,7 +185,30 @@ def save_model(
         )
     config = json.dumps(dataclasses.asdict(model.config), sort_keys=True)
     tensors = {name: t.detach().cpu().contiguous() for name, t in state.items()}
+    if int8:
+        tensors, names = quantize_int8(tensors)
+        metadata = {**metadata, "int8": json.dumps(names)}
     _weights.write_atomically(tensors, path, {"config": config, **metadata})
+
+
+def _int8_names(metadata: dict[str, str], header: dict) -> list[str]:
+    """The weights a file stores as int8 (its ``"int8"`` entry), each with its row scales."""
+    names = json.loads(metadata.get("int8", "[]"))
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"the 'int8' entry must be a JSON list of tensor names, got {names!r}")
+    for name in names:
+        shape, dtype = header.get(name, ((), "absent"))
+        scale_shape, scale_dtype = header.get(name + SCALE, ((), "absent"))
+        if dtype != "I8" or scale_dtype != "F32" or tuple(scale_shape) != tuple(shape[:1]):
+            raise ValueError(
+                f"{name} is listed as int8 but is {dtype} with scales {scale_dtype} of shape "
+                f"{tuple(scale_shape)}; an int8 weight of shape {tuple(shape)} needs one F32 "
+                f"scale per row in {name + SCALE}"
+            )
+    extra = [k for k in header if k.endswith(SCALE) and k[: -len(SCALE)] not in names]
+    if extra:
+        raise ValueError(f"scales {extra} belong to no int8 weight")
+    return names
 
 
 def _is_model_file(path: Path) -> bool:
@@ -178,11 +272,13 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> VisionTr
             raise TypeError(f"the config is a JSON {type(fields).__name__}, not an object")
         check_fields(fields)
         config = ViTConfig(**fields)
-        _weights.check_shapes(config, {name: shape for name, (shape, _) in header.items()}, {})
+        int8 = _int8_names(metadata, header)
+        shapes = {name: shape for name, (shape, _) in header.items() if not name.endswith(SCALE)}
+        _weights.check_shapes(config, shapes, {})
     except (json.JSONDecodeError, TypeError, ValueError) as err:
         raise ValueError(f"{path} does not hold a vitbook model that can be loaded: {err}") from err
-    _weights.check_float(path, header)
-    tensors = _weights.load_tensors(path)
+    _weights.check_float(path, {k: v for k, v in header.items() if k not in int8})
+    tensors = dequantize_int8(_weights.load_tensors(path), int8)
     model = VisionTransformer(config)
     model.load_state_dict(tensors, strict=True)  # names and shapes were checked above
     return model.to(device).eval()

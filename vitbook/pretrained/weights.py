@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from vitbook import _checks
 from vitbook.pretrained import _weights
 from vitbook.pretrained.checkpoints import (
+    CIFAR10_VIT_PATH,
     DIGITS_VIT_CLS_PATH,
     DIGITS_VIT_PATH,
     ExistingFileError,
@@ -53,6 +54,7 @@ from vitbook.pretrained.convert import (
 from vitbook.vit import VisionTransformer
 
 __all__ = [
+    "CIFAR10_VIT_PATH",
     "DEFAULT_CHECKPOINT",
     "DIGITS_VIT_CLS_PATH",
     "DIGITS_VIT_PATH",
@@ -63,6 +65,7 @@ __all__ = [
     "from_hf_state_dict",
     "from_timm_state_dict",
     "hf_class_names",
+    "load_cifar10_vit",
     "load_digits_pretrained",
     "load_digits_vit",
     "load_model",
@@ -117,6 +120,40 @@ def load_digits_vit(
             f"{', '.join(repr(v) for v in _DIGITS_VARIANTS)}."
         )
     return load_model(_DIGITS_VARIANTS[variant], device=device)
+
+
+def load_cifar10_vit(device: str | torch.device = "cpu") -> torch.nn.Sequential:
+    """The ViT trained on CIFAR-10 on a CPU, in eval mode, taking photos in [0, 1].
+
+    A ViT of the book's own code (D = 192, 6 blocks, 4 x 4 patches of a 32 x 32 photo, read out
+    from its class token) trained from scratch on 45,000 CIFAR-10 training photos on two CPU
+    cores (``vitbook.studies.cpu_photos``; ``scripts/ship_cifar10_vit.py`` made the file from
+    the recorded run). Its weight matrices are stored as 8-bit integers with one scale per row
+    (:func:`vitbook.pretrained.checkpoints.quantize_int8`); the model is their fp32 values.
+    The file's metadata holds its accuracies: ``read_metadata(CIFAR10_VIT_PATH)``.
+
+    Returns:
+        ``nn.Sequential(Normalize(mean, std), VisionTransformer)``: index 0 subtracts CIFAR-10's
+        per-channel mean and divides by its standard deviation, index 1 is the ViT; it maps
+        (B, 3, 32, 32) photos in [0, 1] to (B, 10) logits in the order of
+        :data:`vitbook.data.cifar.CIFAR10_CLASSES`.
+
+    Example:
+        >>> model = load_cifar10_vit()
+        >>> model(torch.rand(2, 3, 32, 32)).shape, model.training, model[1].config.embed_dim
+        (torch.Size([2, 10]), False, 192)
+
+    See chapter: Real photos on a CPU.
+    """
+    import json
+
+    from vitbook.data.cifar import Normalize
+
+    vit = load_model(CIFAR10_VIT_PATH, device=device)
+    stats = json.loads(read_metadata(CIFAR10_VIT_PATH)["normalize"])
+    return torch.nn.Sequential(Normalize(tuple(stats["mean"]), tuple(stats["std"])), vit).to(
+        device
+    ).eval()
 
 
 class PretrainedUnavailableError(OSError):
