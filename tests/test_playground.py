@@ -729,8 +729,9 @@ def test_a_playground_inserted_like_jquery_starts(browser, fragments, tmp_path):
 def test_the_javascript_ships_as_package_data():
     from importlib import resources
 
-    script = resources.files("vitbook") / "assets" / "playground.js"
-    assert script.is_file() and "function forward(model, ink)" in script.read_text()
+    assets = resources.files("vitbook") / "assets"
+    assert "function forward(model, input)" in (assets / "vit.js").read_text()
+    assert "window.vitbook.vitMath" in (assets / "playground.js").read_text()
     assert isinstance(digit_playground(load_digits_vit()), DigitPlayground)
     assert Path(__file__).parents[1].joinpath("pyproject.toml").read_text().count('"assets/*"') == 1
 

@@ -1,8 +1,8 @@
-/* The digit playground of vitbook.playground: the trained digits ViT, run in the page.
+/* The digit playground of vitbook.widgets.playground: the trained digits ViT, run in the page.
 
-Part 1 is the model: the forward pass of vitbook.vit.VisionTransformer, one step per line, in
-plain JavaScript numbers (float64), on weights decoded from the page. Part 2 is the page: the
-drawing grid, the bars, the maps and the menus. ES5, no library, no request of any kind.
+The page: the drawing grid, the bars, the maps and the menus. The model's forward pass is
+vitbook/assets/vit.js (window.vitbook.vitMath), which the fragment inlines before this script.
+ES5, no library, no request of any kind.
 
 Layouts (N = 1 + Gh * Gw tokens with a class token, token 0 the class token, then the patches
 in row-major grid order; 17 for the digits models):
@@ -13,200 +13,15 @@ in row-major grid order; 17 for the digits models):
 (function () {
   "use strict";
 
-  // --- Part 1: the model ------------------------------------------------------------------
+  var math = window.vitbook.vitMath, decode = math.decode, forward = math.forward;
+  var rollout = math.rollout;
 
-  // A tensor of the page's JSON: {shape: [...], data: base64 of little-endian float32}.
-  function decode(tensor) {
-    var bytes = atob(tensor.data), view = new DataView(new ArrayBuffer(bytes.length));
-    for (var i = 0; i < bytes.length; i++) view.setUint8(i, bytes.charCodeAt(i));
-    var values = new Float64Array(bytes.length / 4);
-    for (var k = 0; k < values.length; k++) values[k] = view.getFloat32(4 * k, true);
+  // The model's input for some ink: pixel = ink / 16, as in load_digits_split.
+  function modelInput(ink) {
+    var values = [];
+    for (var i = 0; i < ink.length; i++) values.push(ink[i] / 16);
     return values;
   }
-
-  // erf to about 1e-15: a series of positive terms below 3, a continued fraction for erfc above.
-  function erf(x) {
-    var a = Math.abs(x), r;
-    if (a < 3) {  // erf(a) = 2/sqrt(pi) exp(-a^2) sum_n 2^n a^(2n+1) / (1 * 3 * ... * (2n+1))
-      var term = a, sum = a;
-      for (var n = 1; term > 1e-17 * sum; n++) {
-        term *= 2 * a * a / (2 * n + 1);
-        sum += term;
-      }
-      r = 2 / Math.sqrt(Math.PI) * Math.exp(-a * a) * sum;
-    } else if (a < 6) {  // erfc(a) = exp(-a^2) / sqrt(pi) / (a + (1/2) / (a + 1 / (a + ...)))
-      var t = a;
-      for (var k = 60; k > 0; k--) t = a + (k / 2) / t;
-      r = 1 - Math.exp(-a * a) / Math.sqrt(Math.PI) / t;
-    } else {
-      r = 1;  // erfc(6) < 3e-17
-    }
-    return x < 0 ? -r : r;
-  }
-
-  function gelu(x) {  // the exact form, as torch.nn.GELU()
-    return 0.5 * x * (1 + erf(x / Math.SQRT2));
-  }
-
-  // y = x W^T + b for n rows: x (n, inDim), W (outDim, inDim) as stored by nn.Linear.
-  function linear(x, n, W, b, outDim) {
-    var inDim = x.length / n, y = new Float64Array(n * outDim);
-    for (var i = 0; i < n; i++) {
-      var row = x.subarray(i * inDim, (i + 1) * inDim);
-      for (var o = 0; o < outDim; o++) {
-        var s = b ? b[o] : 0, w = o * inDim;
-        for (var j = 0; j < inDim; j++) s += row[j] * W[w + j];
-        y[i * outDim + o] = s;
-      }
-    }
-    return y;
-  }
-
-  // LayerNorm over the last axis: (x - mean) / sqrt(biased variance + eps) * gamma + beta.
-  function layerNorm(x, n, gamma, beta, eps) {
-    var d = gamma.length, y = new Float64Array(n * d);
-    for (var i = 0; i < n; i++) {
-      var mean = 0, variance = 0;
-      for (var j = 0; j < d; j++) mean += x[i * d + j] / d;
-      for (j = 0; j < d; j++) variance += (x[i * d + j] - mean) * (x[i * d + j] - mean) / d;
-      var scale = 1 / Math.sqrt(variance + eps);
-      for (j = 0; j < d; j++) y[i * d + j] = (x[i * d + j] - mean) * scale * gamma[j] + beta[j];
-    }
-    return y;
-  }
-
-  function softmax(logits) {  // subtract the largest logit so that exp cannot overflow
-    var top = Math.max.apply(null, logits), out = [], total = 0;
-    for (var i = 0; i < logits.length; i++) total += (out[i] = Math.exp(logits[i] - top));
-    for (i = 0; i < out.length; i++) out[i] /= total;
-    return out;
-  }
-
-  // softmax(q k^T / sqrt(Dh)) v for every head; the heads sit side by side in qkv (N, 3D),
-  // ordered (three heads dh) as in vitbook.attention. Returns the concatenated heads (N, D)
-  // and the weights [head] -> N x N row-major.
-  function attention(qkv, n, d, heads) {
-    var dh = d / heads, out = new Float64Array(n * d), weights = [];
-    for (var h = 0; h < heads; h++) {
-      var w = [];
-      for (var i = 0; i < n; i++) {
-        var logits = [];
-        for (var j = 0; j < n; j++) {
-          var s = 0;
-          for (var e = 0; e < dh; e++) {
-            s += qkv[i * 3 * d + h * dh + e] * qkv[j * 3 * d + d + h * dh + e];  // q_i . k_j
-          }
-          logits.push(s * Math.pow(dh, -0.5));
-        }
-        var row = softmax(logits);
-        for (j = 0; j < n; j++) {
-          w.push(row[j]);
-          for (e = 0; e < dh; e++) out[i * d + h * dh + e] += row[j] * qkv[j * 3 * d + 2 * d + h * dh + e];
-        }
-      }
-      weights.push(w);
-    }
-    return {out: out, weights: weights};
-  }
-
-  // The forward pass of VisionTransformer.forward_with_attention, for one
-  // digit of 64 ink values; the weights W carry timm's names.
-  function forward(model, ink) {
-    var c = model.config, W = model.tensors, D = c.embed_dim;
-    var P = c.patch_size, side = c.img_size[1], eps = c.norm_eps;
-    var gh = c.img_size[0] / P, gw = side / P;
-    var prefix = c.class_token ? 1 : 0, n = prefix + gh * gw, i, j;
-    // Patch embedding: the P x P conv of stride P is a matmul per patch,
-    // each patch laid out (c ph pw), the order of conv.weight.flatten(1);
-    // pixel = ink / 16, as in load_digits_split.
-    var patches = new Float64Array(gh * gw * P * P);
-    for (var k = 0; k < gh * gw; k++) {
-      for (i = 0; i < P; i++) {
-        for (j = 0; j < P; j++) {
-          var row = Math.floor(k / gw) * P + i, col = (k % gw) * P + j;
-          patches[(k * P + i) * P + j] = ink[row * side + col] / 16;
-        }
-      }
-    }
-    var embedded = linear(patches, gh * gw, W["patch_embed.proj.weight"],
-                          W["patch_embed.proj.bias"], D);  // (Gh * Gw, D)
-    // z_0 = [x_class; x_1 E; ...; x_N E] + E_pos: (N, D)
-    var x = new Float64Array(n * D);
-    if (prefix) x.set(W["cls_token"], 0);
-    x.set(embedded, prefix * D);
-    var pos = W["pos_embed"];  // absent with pos_embed="none"
-    if (pos) for (i = 0; i < n * D; i++) x[i] += pos[i];
-    var weights = [];
-    for (var l = 0; l < c.depth; l++) {
-      var b = "blocks." + l + ".";
-      // x = x + Attention(LayerNorm(x))
-      var h = layerNorm(x, n, W[b + "norm1.weight"], W[b + "norm1.bias"],
-                        eps);
-      var qkv = linear(h, n, W[b + "attn.qkv.weight"],
-                       W[b + "attn.qkv.bias"], 3 * D);  // (N, 3D)
-      var attended = attention(qkv, n, D, c.num_heads);
-      weights.push(attended.weights);  // (Nh, N * N)
-      var out = linear(attended.out, n, W[b + "attn.proj.weight"],
-                       W[b + "attn.proj.bias"], D);
-      for (i = 0; i < n * D; i++) x[i] += out[i];
-      // x = x + MLP(LayerNorm(x)), MLP = fc2(GELU(fc1))
-      h = layerNorm(x, n, W[b + "norm2.weight"], W[b + "norm2.bias"],
-                    eps);
-      var hidden = W[b + "mlp.fc1.bias"].length;
-      h = linear(h, n, W[b + "mlp.fc1.weight"], W[b + "mlp.fc1.bias"],
-                 hidden).map(gelu);  // (N, hidden)
-      out = linear(h, n, W[b + "mlp.fc2.weight"], W[b + "mlp.fc2.bias"],
-                   D);
-      for (i = 0; i < n * D; i++) x[i] += out[i];
-    }
-    x = layerNorm(x, n, W["norm.weight"], W["norm.bias"], eps);
-    // Pool: the class token's state, or the mean of the patch tokens (D,)
-    var pooled = new Float64Array(D);
-    if (c.pool === "cls") {
-      pooled.set(x.subarray(0, D));
-    } else {
-      for (i = prefix; i < n; i++) {
-        for (j = 0; j < D; j++) pooled[j] += x[i * D + j] / (n - prefix);
-      }
-    }
-    var logits = Array.from(
-      linear(pooled, 1, W["head.weight"], W["head.bias"], c.num_classes));
-    return {logits: logits, probabilities: softmax(logits),
-            attention: weights};
-  }
-
-  // Attention rollout (Abnar and Zuidema, 2020), as vitbook.analysis.attention_rollout with
-  // head_fusion="mean": A'_l = rownorm(mean_heads(A_l) + I) for the layers l = 0 .. L-1 (the
-  // index of weights, as in the menus), rollout = A'_{L-1} ... A'_1 A'_0.
-  function rollout(weights) {
-    var n = Math.round(Math.sqrt(weights[0][0].length)), result = [];
-    for (var i = 0; i < n * n; i++) result.push(i % (n + 1) === 0 ? 1 : 0);
-    for (var l = 0; l < weights.length; l++) {
-      var fused = [];
-      for (i = 0; i < n; i++) {
-        var row = [], total = 0;
-        for (var j = 0; j < n; j++) {
-          var mean = 0;
-          for (var h = 0; h < weights[l].length; h++) mean += weights[l][h][i * n + j];
-          row.push(mean / weights[l].length + (i === j ? 1 : 0));
-          total += row[j];
-        }
-        for (j = 0; j < n; j++) fused.push(row[j] / total);
-      }
-      var next = [];
-      for (i = 0; i < n; i++) {
-        for (j = 0; j < n; j++) {
-          var s = 0;
-          for (var k = 0; k < n; k++) s += fused[i * n + k] * result[k * n + j];
-          next.push(s);
-        }
-      }
-      result = next;
-    }
-    return result;
-  }
-
-  // --- Part 2: the page ---------------------------------------------------------------------
 
   var BITMAP = 32, BLOCK = 4;  // the digits were drawn on 32 x 32 bitmaps; ink = on pixels per 4 x 4
   var BAYER = [0, 8, 2, 10, 12, 4, 14, 6, 3, 11, 1, 9, 15, 7, 13, 5];  // spreads k of 16 pixels
@@ -385,7 +200,7 @@ in row-major grid order; 17 for the digits models):
         clear(values);
         return;
       }
-      result = forward(model, values);
+      result = forward(model, modelInput(values));
       result.rollout = rollout(result.attention);
       root.classList.remove("vbp-blank");
       var best = 0;
@@ -464,7 +279,7 @@ in row-major grid order; 17 for the digits models):
       root: root,
       config: c,
       predict: function (values) {  // 64 ink values -> logits, probabilities, attention, rollout
-        var out = forward(model, values);
+        var out = forward(model, modelInput(values));
         out.rollout = rollout(out.attention);
         return out;
       },
@@ -480,7 +295,6 @@ in row-major grid order; 17 for the digits models):
     // runs inline scripts from a temporary <script> in <head>, where document.currentScript is
     // not inside the output.
     var vitbook = window.vitbook = window.vitbook || {};
-    vitbook.playgroundMath = {erf: erf, gelu: gelu, forward: forward, rollout: rollout};
     var entries = vitbook.playgrounds = vitbook.playgrounds || [];
     var roots = document.querySelectorAll(".vitbook-playground"), ordered = [];
     for (var i = 0; i < roots.length; i++) {

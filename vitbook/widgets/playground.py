@@ -9,11 +9,13 @@ of its outputs (JupyterLab, the classic notebook, VS Code, Colab).
 
 **How.** Python exports the weights into the page (:func:`export_weights`: each tensor of the
 state dict under its timm name, as base64 of little-endian float32, in a JSON block), and a
-small JavaScript forward pass (``vitbook/assets/playground.js``, inlined into the page) mirrors
-:class:`vitbook.VisionTransformer` equation by equation in float64: patch embedding as a matmul,
-class token, position embedding, pre-norm blocks (LayerNorm with the config's epsilon, fused
-``qkv``, scaled dot-product softmax attention, ``proj``, residual, LayerNorm, MLP with the exact
-erf GELU, residual), final LayerNorm, pooling, head, softmax. It is hand-written rather than a
+small JavaScript forward pass (``vitbook/assets/vit.js``, shared with the photo playground of
+:mod:`vitbook.widgets.photo_playground` and inlined into the page before the page's own
+``vitbook/assets/playground.js``) mirrors :class:`vitbook.VisionTransformer` equation by
+equation in float64: patch embedding as a matmul, class token, position embedding, pre-norm
+blocks (LayerNorm with the config's epsilon, fused ``qkv``, scaled dot-product softmax
+attention, ``proj``, residual, LayerNorm, MLP with the exact erf GELU, residual), final
+LayerNorm, pooling, head, softmax. It is hand-written rather than a
 vendored inference library (ONNX Runtime Web, TensorFlow.js) because such a library weighs
 megabytes and loads code or WebAssembly from elsewhere, while the page must stay small and work
 offline from disk; and because the book can then show the same ViT in about 200 lines of
@@ -64,6 +66,7 @@ import math
 import torch
 
 from vitbook._files import ASSETS
+from vitbook.config import ViTConfig
 from vitbook.vit import VisionTransformer
 
 __all__ = ["DigitPlayground", "decode_weights", "digit_playground", "export_weights"]
@@ -109,7 +112,15 @@ def export_weights(model: VisionTransformer) -> dict:
     tensors = dict(model.state_dict())
     if "pos_embed" not in tensors and model.pos_embed is not None:
         tensors["pos_embed"] = model.pos_embed  # the sincos2d table, a non-persistent buffer
-    config = {
+    return {
+        "config": page_config(cfg),
+        "tensors": {name: _encode(tensor) for name, tensor in tensors.items()},
+    }
+
+
+def page_config(cfg: ViTConfig) -> dict:
+    """The fields of a config that the page's forward pass (``vit.js``) reads, JSON-able."""
+    return {
         "img_size": list(cfg.img_size),
         "patch_size": cfg.patch_size,
         "in_chans": cfg.in_chans,
@@ -121,10 +132,6 @@ def export_weights(model: VisionTransformer) -> dict:
         "pos_embed": cfg.pos_embed,
         "pool": cfg.pool,
         "norm_eps": cfg.norm_eps,
-    }
-    return {
-        "config": config,
-        "tensors": {name: _encode(tensor) for name, tensor in tensors.items()},
     }
 
 
@@ -330,8 +337,12 @@ def _number(value: float) -> float | int:
     return int(value) if float(value).is_integer() else round(value, 6)
 
 
-def _script() -> str:
-    return (ASSETS / "playground.js").read_text(encoding="utf-8")
+def _script(page: str = "playground.js") -> str:
+    """The page's script: the forward pass (``vit.js``), then the page's own script."""
+    script = "\n".join((ASSETS / name).read_text(encoding="utf-8") for name in ("vit.js", page))
+    if "</script" in script.lower():  # pragma: no cover - a guard for edits of the assets
+        raise RuntimeError(f"vit.js and {page} must not contain '</script'.")
+    return script
 
 
 def render(payload: dict) -> str:
@@ -367,8 +378,6 @@ def render(payload: dict) -> str:
     )
     model = json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
     script = _script()
-    if "</script" in script.lower():  # pragma: no cover - a guard for edits of the asset
-        raise RuntimeError("playground.js must not contain '</script'.")
     return (
         f'<div class="vitbook-playground" data-pool="{cfg["pool"]}">{STYLE}'
         f'<p class="vbp-howto">{HOW_TO_DRAW}</p>'
