@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Set up, test and build vitbook with nothing but Python 3.11.5+ and pip.
+"""Set up, test and build vitbook with nothing but Python 3.11+ and pip.
 
     python3 tasks.py book   # set up (once), then build the HTML book into _build/html
     python3 tasks.py test   # ruff, then pytest: unit tests, doctests, book build, notebooks
@@ -9,9 +9,10 @@
 
 Every command first creates or refreshes the virtual environment `.venv`, installing
 `-r requirements.txt -c constraints.txt`; it reinstalls only when one of requirements.txt,
-constraints.txt or pyproject.toml has changed. Operating-system packages (Chromium, for the
-browser tests) are installed by `setup` and `book` only, through sudo where needed: `test`
-installs none, and says what to run when one is missing. Extra arguments after `test` go to pytest
+constraints.txt or pyproject.toml has changed. `book` needs nothing else. The browser tests need
+a Chromium or Chrome: `test` finds one (on the PATH, in the usual places, or named by
+$VITBOOK_BROWSER) and, without one, says how to get one; only `setup` installs one, Debian's
+`chromium` through apt-get (and sudo where needed). Extra arguments after `test` go to pytest
 (for example `python3 tasks.py test -m "not book"`).
 """
 
@@ -59,39 +60,72 @@ def run(*cmd: str | Path, env: dict[str, str] | None = None, log: Path | None = 
         ).returncode
 
 
-def ensure_system_packages(install: bool) -> None:
-    """The operating-system packages that the tests need: a headless Chromium.
+BROWSER_VARIABLE = "VITBOOK_BROWSER"  # a Chromium or Chrome to use, named by its path
+BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
+                 "chrome", "msedge")  # fmt: skip
+BROWSER_PLACES = (  # where the installers put them, for a browser not on the PATH
+    "/Applications/Chromium.app/Contents/MacOS/Chromium",
+    "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+    "/snap/bin/chromium",
+    r"C:\Program Files\Google\Chrome\Application\chrome.exe",
+    r"C:\Program Files (x86)\Google\Chrome\Application\chrome.exe",
+    r"C:\Program Files (x86)\Microsoft\Edge\Application\msedge.exe",
+)
+HOW_TO_GET_A_BROWSER = """the browser tests need Chromium or Google Chrome, and none was found \
+(not on the PATH as {names}, not in the usual places, and {variable} is not set). Install one:
+  Debian, Ubuntu:  sudo apt-get install chromium     (or: python3 tasks.py setup)
+  Fedora:          sudo dnf install chromium
+  macOS:           brew install --cask chromium      (or install Google Chrome)
+  Windows:         winget install Google.Chrome
+or point {variable} at a Chromium or Chrome you have, e.g.
+  {variable}=/path/to/chrome python3 tasks.py test"""
 
-    The browser tests of the HTML book (tests/test_browser.py) drive Debian's `chromium`, found on
-    the PATH, with Playwright; Playwright's own browser download is never used. With ``install``
-    (``setup`` and ``book``) a missing `chromium` is installed with apt-get, through sudo when not
-    running as root; without it (``test``) the command stops and says what to run.
+
+def find_browser() -> str | None:
+    """The Chromium or Chrome that the browser tests drive: $VITBOOK_BROWSER, else the first of
+    BROWSER_NAMES on the PATH, else the first of BROWSER_PLACES that exists; None without one.
+    tests/booktools.py asks the same function, so the tests and this command agree."""
+    chosen = os.environ.get(BROWSER_VARIABLE, "").strip()
+    if chosen:
+        found = shutil.which(chosen) or (chosen if Path(chosen).is_file() else None)
+        if found is None:
+            sys.exit(f"[tasks] {BROWSER_VARIABLE}={chosen} is not a file or a command; point it "
+                     "at a Chromium or Chrome, or unset it.")  # fmt: skip
+        return found
+    for name in BROWSER_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    return next((place for place in BROWSER_PLACES if Path(place).is_file()), None)
+
+
+def ensure_browser(install: bool) -> None:
+    """A headless-capable Chromium or Chrome for the browser tests of the HTML book.
+
+    The tests (tests/test_browser.py and the playground tests) drive it with Playwright;
+    Playwright's own browser download is never used. ``setup`` (``install``) installs Debian's
+    ``chromium`` with apt-get, through sudo when not root, where there is apt-get and no browser
+    yet; ``test`` installs nothing and, without a browser, says how to get one on each system.
+    ``book`` needs no browser at all.
     """
-    if shutil.which("chromium"):
+    if find_browser():
         return
-    if not install:
-        sys.exit(
-            "[tasks] the browser tests need `chromium` on the PATH, and `test` installs no system "
-            "package: run `python3 tasks.py setup` once (it installs Debian's chromium with "
-            "apt-get, through sudo when not root), or install Chromium as a `chromium` command."
-        )
+    message = HOW_TO_GET_A_BROWSER.format(names=", ".join(BROWSER_NAMES),
+                                          variable=BROWSER_VARIABLE)  # fmt: skip
     apt = shutil.which("apt-get")
-    if apt is None:
-        sys.exit(
-            "[tasks] the browser tests need `chromium` on the PATH and there is no apt-get to "
-            "install it: install Chromium with your package manager, as a `chromium` command."
-        )
+    if not install or apt is None:
+        sys.exit(f"[tasks] {message}")
     sudo: list[str] = []
     if hasattr(os, "geteuid") and os.geteuid() != 0:
         if shutil.which("sudo") is None:
             sys.exit("[tasks] `chromium` is missing: as root, run apt-get install -y chromium")
         sudo = ["sudo", "env", "DEBIAN_FRONTEND=noninteractive"]  # sudo drops the environment
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    say("chromium is missing: installing it for the browser tests")
+    say("no Chromium or Chrome found: installing Debian's chromium for the browser tests")
     installed = (
         run(*sudo, apt, "update", env=env) == 0
         and run(*sudo, apt, "install", "-y", "chromium", env=env) == 0
-        and shutil.which("chromium")
+        and find_browser()
     )
     if not installed:
         sys.exit("[tasks] could not install chromium; run apt-get install -y chromium yourself")
@@ -283,7 +317,7 @@ def start_classic_venv() -> Callable[[], None]:
 
 def test(pytest_args: list[str], classic_ready: Callable[[], None]) -> int:
     """Lint, then run pytest: unit tests, doctests, the book build and every notebook."""
-    ensure_system_packages(install=False)
+    ensure_browser(install=False)
     classic_ready()
     workers = pytest_workers(pytest_args)
     env = tool_env(threads=1 if workers else None)
@@ -299,6 +333,7 @@ def test(pytest_args: list[str], classic_ready: Callable[[], None]) -> int:
     # Agg for figures made inside pytest itself. Notebook kernels started by the book tests get
     # this variable removed, so that they keep Jupyter's inline backend and show their figures.
     env["MPLBACKEND"] = "Agg"
+    env[BROWSER_VARIABLE] = find_browser() or ""  # the browser the tests drive, found once
     steps = {
         "ruff check": [BIN / "ruff", "check", "."],
         "pytest": [PYTHON, "-m", "pytest", *workers, *pytest_args],
@@ -338,9 +373,9 @@ def main() -> int:
     args, extra = parser.parse_known_args()
     if args.command in ("book", "setup", "colab") and extra:
         parser.error(f"unexpected arguments for {args.command}: {' '.join(extra)}")
-    if sys.version_info < (3, 11, 5):  # noqa: UP036 (the guard is for older interpreters)
+    if sys.version_info < (3, 11):  # noqa: UP036 (the guard is for older interpreters)
         # The oldest Python that every pin of constraints.txt installs on (tests/test_project.py).
-        sys.exit(f"[tasks] vitbook needs Python 3.11.5 or newer, not {sys.version.split()[0]}")
+        sys.exit(f"[tasks] vitbook needs Python 3.11 or newer, not {sys.version.split()[0]}")
     os.chdir(ROOT)
     classic_ready = start_classic_venv() if args.command in ("test", "setup") else None
     try:
@@ -351,16 +386,16 @@ def main() -> int:
         raise
     if args.command == "setup":
         classic_ready()
-        ensure_system_packages(install=True)
-        say("set up: .venv, .venv-classic and chromium are ready")
+        ensure_browser(install=True)
+        say(f"set up: .venv, .venv-classic and a browser for the tests ({find_browser()}) are "
+            "ready")  # fmt: skip
         return 0
     if args.command == "bench":
         return bench(extra)
     if args.command == "colab":
         return colab()
     if args.command == "book":
-        ensure_system_packages(install=True)  # the first command sets up all the tests need
-        return book()
+        return book()  # installs no system package: the book needs none
     return test(extra, classic_ready)
 
 

@@ -71,6 +71,29 @@ INSERT_LIKE_JQUERY = """window.insertLikeJQuery = function (id, html) {
 };"""
 
 
+@functools.cache
+def _tasks():
+    """tasks.py, the set-up commands, as a module (it is a script, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vitbook_tasks", ROOT / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def browser_path() -> str:
+    """The Chromium or Chrome the browser tests drive: the one ``tasks.py`` finds
+    (``$VITBOOK_BROWSER``, the PATH, the usual places); the test fails saying how to get one."""
+    tasks = _tasks()
+    found = tasks.find_browser()
+    if found is None:
+        pytest.fail(tasks.HOW_TO_GET_A_BROWSER.format(names=", ".join(tasks.BROWSER_NAMES),
+                                                      variable=tasks.BROWSER_VARIABLE),
+                    pytrace=False)  # fmt: skip
+    return found
+
+
 def venv_executable(name: str) -> str:
     """The console script `name` installed beside the running Python (the venv's own copy)."""
     candidate = Path(sys.executable).parent / name

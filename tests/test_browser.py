@@ -29,7 +29,15 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from booktools import BROWSER_SUMMARY, BUILD_DIR, CHROMIUM_FLAGS, ROOT, read_yaml, toc_entries
+from booktools import (
+    BROWSER_SUMMARY,
+    BUILD_DIR,
+    CHROMIUM_FLAGS,
+    ROOT,
+    browser_path,
+    read_yaml,
+    toc_entries,
+)
 
 from vitbook.plotting.style import CSS_PX_PER_INCH, MIN_FONT_SIZE
 
@@ -325,13 +333,7 @@ def move_every_control(
 def browser_report(built_book: Path, request: pytest.FixtureRequest) -> dict:
     """Visit every page once in headless Chromium and return what happened on each."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail(
-            "no `chromium` on the PATH: `python3 tasks.py setup` installs it (apt-get install -y "
-            "chromium); never `playwright install`.",
-            pytrace=False,
-        )
+    chromium = browser_path()
     if SCREENSHOTS.exists():
         shutil.rmtree(SCREENSHOTS)
     SCREENSHOTS.mkdir(parents=True)

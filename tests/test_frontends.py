@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 import nbformat
 import pytest
-from booktools import CHROMIUM_FLAGS, ROOT
+from booktools import CHROMIUM_FLAGS, ROOT, browser_path
 
 pytestmark = pytest.mark.book
 
@@ -153,7 +153,7 @@ def server(command: list[str], folder: Path, port: int):
 @contextmanager
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = shutil_which("chromium")
+    chromium = browser_path()
     with sync_api.sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(
             profile,
@@ -177,15 +177,6 @@ def browser():
             yield context, refused
         finally:
             context.close()
-
-
-def shutil_which(name: str) -> str:
-    import shutil
-
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"no `{name}` on the PATH: python3 tasks.py test installs it", pytrace=False)
-    return found
 
 
 def write_notebook(folder: Path) -> Path:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import re
-import shutil
 import tempfile
 import time
 from urllib.parse import urlsplit
@@ -23,7 +22,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 import torch
-from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY
+from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY, browser_path
 from PIL import Image
 
 from vitbook import VisionTransformer, ViTConfig
@@ -292,9 +291,7 @@ def test_bad_examples_are_refused(model, examples, error, message):
 @pytest.fixture(scope="module")
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("no `chromium` on the PATH: python3 tasks.py setup installs it", pytrace=False)
+    chromium = browser_path()
     with sync_api.sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(
             profile, executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, offline=True,

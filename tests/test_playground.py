@@ -17,7 +17,6 @@ import base64
 import copy
 import math
 import re
-import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -25,7 +24,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import torch
-from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY
+from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY, browser_path
 
 from vitbook import VisionTransformer, ViTConfig
 from vitbook.analysis import attention_rollout
@@ -300,9 +299,7 @@ def test_bad_examples_are_refused(models, examples, error, message):
 @pytest.fixture(scope="module")
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("no `chromium` on the PATH: python3 tasks.py setup installs it", pytrace=False)
+    chromium = browser_path()
     with sync_api.sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(
             profile, executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, offline=True,

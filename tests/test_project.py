@@ -301,17 +301,70 @@ def load_tasks():
     return tasks
 
 
-def test_the_test_command_installs_no_system_package_and_says_what_to_run(monkeypatch):
-    tasks = load_tasks()
+def no_browser_anywhere(monkeypatch, tasks, *, apt_get: bool) -> list:
+    """A machine with no Chromium or Chrome (and with or without apt-get); returns the list that
+    records every command tasks.py would run."""
     commands = []
     monkeypatch.setattr(tasks, "run", lambda *cmd, **kw: commands.append(cmd) or 0)
-    monkeypatch.setattr(tasks.shutil, "which", lambda name: None if name == "chromium" else name)
-    with pytest.raises(SystemExit, match=r"run `python3 tasks.py setup` once"):
+    monkeypatch.setattr(tasks.shutil, "which",
+                        lambda name: f"/usr/bin/{name}" if apt_get and name in ("apt-get", "sudo")
+                        else None)  # fmt: skip
+    monkeypatch.setattr(tasks, "BROWSER_PLACES", ())
+    monkeypatch.delenv(tasks.BROWSER_VARIABLE, raising=False)
+    return commands
+
+
+def test_the_book_command_builds_on_a_machine_without_apt_get_or_a_browser(monkeypatch,
+                                                                          tmp_path):
+    tasks = load_tasks()
+    commands = no_browser_anywhere(monkeypatch, tasks, apt_get=False)
+    monkeypatch.setattr(tasks, "ensure_venv", lambda: None)
+    index = tmp_path / "index.html"
+    index.write_text("<html></html>")
+    monkeypatch.setattr(tasks, "BOOK_INDEX", index)  # what the build writes
+    monkeypatch.setattr(sys, "argv", ["tasks.py", "book"])
+    assert tasks.main() == 0
+    (build,) = commands  # the book build, and nothing else: no apt-get, no sudo
+    assert Path(build[0]).name == "jupyter-book" and list(build[1:3]) == ["build", "."]
+
+
+def test_the_test_command_installs_no_browser_and_says_how_to_get_one(monkeypatch, tmp_path):
+    tasks = load_tasks()
+    commands = no_browser_anywhere(monkeypatch, tasks, apt_get=False)
+    with pytest.raises(SystemExit) as stopped:
         tasks.test([], lambda: None)
+    message = str(stopped.value)
+    for system in ("Debian, Ubuntu", "Fedora", "macOS", "Windows", tasks.BROWSER_VARIABLE):
+        assert system in message, system
     assert commands == []  # no apt-get, no sudo, no pytest
-    with pytest.raises(SystemExit):  # setup does install: apt-get runs (here through the fake)
-        tasks.ensure_system_packages(install=True)
-    assert [cmd[-1] for cmd in commands if "apt-get" in map(str, cmd)] == ["update", "chromium"]
+    browser = tmp_path / "chrome"
+    browser.write_text("")
+    monkeypatch.setenv(tasks.BROWSER_VARIABLE, str(browser))
+    assert tasks.find_browser() == str(browser)  # named by the variable
+    monkeypatch.setenv(tasks.BROWSER_VARIABLE, str(tmp_path / "none"))
+    with pytest.raises(SystemExit, match="is not a file or a command"):
+        tasks.find_browser()
+
+
+def test_setup_installs_debians_chromium_where_there_is_apt_get(monkeypatch):
+    tasks = load_tasks()
+    commands = no_browser_anywhere(monkeypatch, tasks, apt_get=True)
+    with pytest.raises(SystemExit, match="could not install chromium"):  # the fake installs none
+        tasks.ensure_browser(install=True)
+    assert [cmd[-1] for cmd in commands if "/usr/bin/apt-get" in map(str, cmd)] == [
+        "update", "chromium"]  # fmt: skip
+    without = no_browser_anywhere(monkeypatch, tasks, apt_get=False)
+    with pytest.raises(SystemExit, match="Fedora"):  # no apt-get: how to get one, nothing run
+        tasks.ensure_browser(install=True)
+    assert without == []
+
+
+def test_the_browser_on_the_path_is_found_by_any_of_its_names(monkeypatch):
+    tasks = load_tasks()
+    no_browser_anywhere(monkeypatch, tasks, apt_get=False)
+    monkeypatch.setattr(tasks.shutil, "which",
+                        lambda name: "/opt/bin/google-chrome" if name == "google-chrome" else None)
+    assert tasks.find_browser() == "/opt/bin/google-chrome"
 
 
 def test_ci_sets_up_then_runs_the_readmes_test_command():

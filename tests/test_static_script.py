@@ -12,11 +12,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 
 import pytest
-from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY
+from booktools import CHROMIUM_FLAGS, INSERT_LIKE_JQUERY, browser_path
 from matplotlib.figure import Figure
 
 from vitbook.widgets.explorer import explore
@@ -57,9 +56,7 @@ def plot_bar(height, colour="C0"):
 @pytest.fixture(scope="module")
 def page():
     sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("no `chromium` on the PATH: python3 tasks.py setup installs it", pytrace=False)
+    chromium = browser_path()
     with sync_api.sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(
             profile, executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, offline=True
