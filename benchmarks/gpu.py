@@ -2,7 +2,7 @@
 
 Two tables, each timed interleaved in one process (``benchmarks/common.py``), reported as ratios:
 
-* **fit against a plain loop.** The photo ViT of "Real photos on a GPU" (3.2M parameters, 32 px,
+* **fit against a plain loop.** The photo ViT of "Real photos" (3.2M parameters, 32 px,
   P = 4), CIFAR-10-sized data (45,000 images, random pixels: the time does not depend on them),
   the ladder's first recipe (padded random crop and flip drawn per image on the device, AdamW
   lr 1e-3, weight decay 0.05, label smoothing 0.1, batch 256, warm-up then cosine). One unit of

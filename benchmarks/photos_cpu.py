@@ -47,7 +47,8 @@ def _model(attn_impl: str, quick: bool) -> nn.Module:
     if quick:
         fields.update(embed_dim=32, depth=1, num_heads=2)
     torch.manual_seed(0)
-    return nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), VisionTransformer(ViTConfig(**fields)))
+    vit = VisionTransformer(ViTConfig(**fields))
+    return nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), vit)
 
 
 def train_flops(quick: bool = False) -> int:
@@ -149,6 +150,39 @@ CHANGES = {  # name -> (the change, step keywords)
 }  # fmt: skip
 
 
+# On a CPU without bf16 units (no AMX, no AVX-512 bf16: most laptops, the AMD EPYC this book was
+# first tested on) oneDNN has no fast bf16 kernels. This machine is made one by capping oneDNN
+# below them, in a process of its own (the cap is read when oneDNN starts).
+NO_BF16_UNITS = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+
+
+def _no_units_child(quick: bool) -> None:
+    """In a process with NO_BF16_UNITS: the plain step against bf16, printed as JSON."""
+    import json
+
+    steps = {"plain": step(quick=quick),
+             "bf16 explicit b256": step(precision="bf16", attn_impl="explicit", batch=256,
+                                        quick=quick)}  # fmt: skip
+    times = interleaved_times(steps, warmup=2, repeats=MIN_REPEATS)
+    print(json.dumps({"plain": 128 / median(times["plain"]),
+                      "bf16 explicit b256": 256 / median(times["bf16 explicit b256"])}))
+
+
+def without_bf16_units(quick: bool) -> dict[str, float]:
+    """images/s of the plain step and of bf16 where oneDNN may not use bf16 instructions."""
+    import json
+    import subprocess
+    import sys
+
+    from benchmarks.common import ROOT, subprocess_env
+
+    code = f"from benchmarks.photos_cpu import _no_units_child; _no_units_child({quick})"
+    env = {**subprocess_env(), **NO_BF16_UNITS}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True, timeout=900).stdout  # fmt: skip
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def run(quick: bool = False) -> list[Table]:
     before = torch.get_num_threads()
     repeats = MIN_REPEATS if quick else 8
@@ -219,6 +253,18 @@ def run(quick: bool = False) -> list[Table]:
             f"{steps_per_epoch:.0f} steps of an epoch (validation after every epoch). Other "
             f"processes took {others or 0:.0%} of the CPU."
         )
+        units = without_bf16_units(quick)
+        if "bf16 explicit b256" in steps:
+            speed.add("bf16, no bf16 units", "bf16, explicit, batch 256, oneDNN capped at "
+                      f"{NO_BF16_UNITS['ONEDNN_MAX_CPU_ISA']}", units["bf16 explicit b256"],
+                      units["bf16 explicit b256"] / units["plain"], None, None, None,
+                      EPOCH_PHOTOS / units["bf16 explicit b256"] / 60)  # fmt: skip
+        speed.notes.append(
+            "bf16, no bf16 units: measured in a process of its own with oneDNN capped below "
+            "this CPU's bf16 instructions (as on a CPU without them), against that process's "
+            f"own plain step ({units['plain']:.0f} images/s there)."
+        )
+        speed.data["no_bf16_units"] = units
         return [speed, cost]
     finally:
         torch.set_num_threads(before)

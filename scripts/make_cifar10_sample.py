@@ -83,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     held_out = _validation_indices(labels["train"], 5000, 0)
     training = np.setdiff1d(np.arange(len(labels["train"])), held_out)
     rng = np.random.default_rng(args.seed)
-    picked = {"train": choose(labels["train"], training, args.train, rng),
-              "test": choose(labels["test"], np.arange(len(labels["test"])), args.test, rng)}
+    try:
+        picked = {"train": choose(labels["train"], training, args.train, rng),
+                  "test": choose(labels["test"], np.arange(len(labels["test"])), args.test,
+                                 rng)}  # fmt: skip
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: nothing written: {error}\n")
     arrays = {}
     for split, indices in picked.items():
         files = [blob[rows[split][i][2]:rows[split][i][2] + rows[split][i][3]] for i in indices]

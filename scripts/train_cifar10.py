@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Train the recipe ladder of "Real photos on a GPU" on CIFAR-10 and record the results.
+"""Train the recipe ladder of "Real photos" on CIFAR-10 and record the results.
 
     python scripts/train_cifar10.py --data cifar10.npz      # the ladder, each row's planned seeds
     python scripts/train_cifar10.py --data cifar10.npz --rows vit-50 vit-200 --seeds 0
@@ -698,7 +698,8 @@ def folder_identity(args, splits: ImageSplits, device: torch.device) -> dict:
         "torch": str(torch.__version__),
         "precision": resolve_precision("auto", device),
         "compile": compiles(args, device),
-        "model": "tiny" if args.tiny else "photo ViT" if args.plan_name == "next" else "CPU photo ViT",
+        "model": "tiny" if args.tiny
+        else "photo ViT" if args.plan_name == "next" else "CPU photo ViT",
         "epochs_override": args.epochs,
         "batch_size_override": args.batch_size,
     }

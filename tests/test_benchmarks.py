@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # One worker runs them all, so that the quick benchmark run below is taken once.
 pytestmark = pytest.mark.xdist_group("benchmarks")
 # budget runs notebooks: tested on its own below
-QUICK_SECTIONS = ["speed", "limit", "memory", "threads", "gpu"]
+QUICK_SECTIONS = ["speed", "limit", "memory", "threads", "photos_cpu", "gpu"]
 
 
 def import_benchmarks(name: str):
@@ -172,6 +172,23 @@ def test_threads_table_times_one_and_two_threads(report):
 
 
 # --- report, JSON, command line -----------------------------------------------------------------
+
+
+def test_photos_cpu_times_each_change_against_the_plain_step(report):
+    tables = {table.key: table for table in report["tables"]}
+    speed, parts = tables["photos-cpu"], tables["photos-cpu-parts"]
+    assert speed.column("change")[:3] == ["plain", "1 thread", "channels-last"]
+    assert speed.column("/ plain")[0] == 1.0
+    for column in ("images/s", "/ plain", "GFLOP/s", "epoch min"):
+        assert all(v > 0 and math.isfinite(v) for v in speed.column(column)), column
+    rates = speed.data["matmul_gflops"]
+    assert set(rates) == {"matmul fp32", "matmul bf16"} and min(rates.values()) > 0
+    # the work of a step: three forward passes of the explicit path, counted
+    photos_cpu = import_benchmarks("photos_cpu")
+    assert speed.data["train_mflop_per_photo"] == photos_cpu.train_flops(quick=True) / 1e6
+    assert set(speed.data["no_bf16_units"]) == {"plain", "bf16 explicit b256"}
+    assert parts.column("part") == ["aug float32", "aug uint8", "validation pass"]
+    assert 0 < parts.column("share of an epoch")[-1] < 1
 
 
 def test_gpu_tables_time_fit_against_a_plain_loop_and_name_the_device(report):

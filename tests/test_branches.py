@@ -392,7 +392,7 @@ def test_finetuning_without_the_checkpoint_trains_a_small_stand_in(finetuning_br
     print(f"fine-tuning, no checkpoint and no GPU: {seconds:.1f} s")
 
 
-# --- Real photos on a GPU: a T4 in Colab with the data, a GPU without it ----------------------
+# --- Real photos: a T4 in Colab with the data, a GPU without it ----------------------
 
 
 @pytest.fixture(scope="module")
@@ -420,9 +420,11 @@ def test_photos_on_a_gpu_in_colab_train_for_real(photos_branches):
     data, results = photos_branches
     shown, seconds = results["a GPU in Colab with the data"]
     installs_this_commit(shown)
-    assert "Live cells: training for real on a simulated GPU (fp32 on the CPU)," in shown
+    assert ("Live cells: the shipped photos, then all of CIFAR-10 on a simulated GPU (fp32 on "
+            "the CPU),") in shown  # fmt: skip
     assert f"with npz file {data}." in shown
-    assert "30 training, 10 validation, 10 test images of 10 classes" in shown
+    assert "30 training, 10 validation, 10 test photos of 10 classes" in shown
+    assert re.search(r"\nepoch 4: loss [0-9.]+, validation accuracy [0-9.]+\n", shown)  # yours
     assert re.search(r"\n30 epochs in fp32, [0-9.]+ minutes; validation accuracy", shown)
     assert re.search(r"\ntest accuracy: [0-9.]+\n", shown), "the test set, read once"
     print(f"photos, a GPU in Colab with the data (every cell): {seconds:.1f} s")
@@ -432,6 +434,6 @@ def test_photos_on_a_gpu_without_the_data_fall_back_and_say_why(photos_branches)
     data, results = photos_branches
     shown, seconds = results["a GPU without the data"]
     assert pip_calls(shown) == []
-    assert "Live cells: the stand-in (" in shown and "missing.npz does not exist" in shown
-    assert "120 training, 48 validation, 48 test images of 3 classes" in shown
+    assert "Live cells: the shipped photos (" in shown and "missing.npz does not exist" in shown
+    assert "4500 training, 500 validation, 1000 test photos of 10 classes" in shown
     print(f"photos, a GPU without the data: {seconds:.1f} s")

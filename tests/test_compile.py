@@ -41,7 +41,7 @@ SMALL = [
         ("learned", "explicit", True, "conv"),
     )
 ]  # fmt: skip
-# The photo model of "Real photos on a GPU" (3.2M parameters).
+# The photo model of "Real photos" (3.2M parameters).
 CIFAR = ViTConfig(img_size=32, patch_size=4, num_classes=10, embed_dim=256, depth=6,
                   num_heads=8, mlp_ratio=2.0, attn_impl="sdpa", drop_path_rate=0.1)  # fmt: skip
 

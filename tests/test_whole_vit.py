@@ -1,6 +1,7 @@
 """The reader's own ViT of book/whole_vit.ipynb: its class is what the chapter says (plain
 PyTorch, under seventy lines, timm's parameter names), and the chapters that train it or check it
-against vitbook (full_model, training) repeat exactly that class."""
+against vitbook (full_model, training) or train it on photos (photos) repeat exactly that
+class."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from vitbook import VisionTransformer, ViTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_CELLS = ("patch-embed", "attention", "mlp", "block", "vit")  # the cells' ids, in order
-COPIES = {"book/full_model.ipynb": "whole-vit-model", "book/training.ipynb": "whole-vit-model"}
+COPIES = {"book/full_model.ipynb": "whole-vit-model", "book/training.ipynb": "whole-vit-model",
+          "book/photos.ipynb": "whole-vit-model"}  # fmt: skip
 
 
 def cells(notebook: str) -> dict[str, dict]:

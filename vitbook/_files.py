@@ -16,7 +16,7 @@ careless command:
 - :func:`read_json` reads a results file with errors that name it and say what to do;
   :func:`check_finite` refuses, before a run trains, a file it could not write back (a NaN).
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ ASSETS = Path(__file__).parent / "assets"
 class ResultsFileError(ValueError):
     """A results file that exists but cannot be read as results; the message names it.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
 
 class ShippedFileError(ValueError):
     """A write onto a file that ships with vitbook, without the explicit flag that allows it.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
 
@@ -68,7 +68,7 @@ def is_shipped(path: str | os.PathLike) -> bool:
         >>> is_shipped(ASSETS / "cifar10_results.json"), is_shipped("runs/ladder.json")
         (True, False)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     resolved = Path(path).expanduser().resolve()
     return resolved == ASSETS.resolve() or ASSETS.resolve() in resolved.parents
@@ -86,7 +86,7 @@ def new_path(folder: str | os.PathLike, stem: str, suffix: str = ".json") -> Pat
         >>> path.name.startswith("ladder-") and path.suffix == ".json" and not path.exists()
         True
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     path = Path(folder) / f"{stem}-{stamp}{suffix}"
@@ -132,7 +132,7 @@ def check_output(
         >>> out.parent.is_dir(), out.exists()
         (True, False)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     if not isinstance(path, str | os.PathLike) or not str(path):
         raise TypeError(f"the output must be a file path, got {path!r}.")
@@ -200,7 +200,7 @@ def write_with(
         >>> path.read_text(), sorted(p.name for p in path.parent.iterdir())
         ('kept', ['note.txt'])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     path = Path(path)
     if path.exists():  # keep the file's permissions; a new file gets the usual ones
@@ -256,7 +256,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
         >>> path.read_bytes()
         b'kept'
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     write_with(path, lambda temporary: temporary.write_bytes(data), size=len(data))
 
@@ -279,7 +279,7 @@ def write_json(path: str | os.PathLike, data: object) -> None:
         >>> read_json(path, remedy="")
         {'runs': []}
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     try:
         text = json.dumps(data, indent=1, allow_nan=False)
@@ -310,7 +310,7 @@ def check_finite(path: str | os.PathLike, data: object, *, remedy: str) -> None:
         ...     print(str(error).split(":")[0])
         old.json holds nan at runs[0].loss
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     found = _first_non_finite(data)
     if found is not None:
@@ -360,7 +360,7 @@ def read_json(path: str | os.PathLike, *, remedy: str) -> dict:
         ...     print(str(error).split(":")[0].endswith("results.json is not valid JSON"))
         True
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     path = Path(path)
     if path.is_dir():

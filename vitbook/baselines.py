@@ -10,7 +10,7 @@ narrower widths give a CNN to match a smaller ViT.
 photos: one 3 x 3 convolution and no max-pool in place of the 7 x 7 stride-2 convolution and the
 max-pool that ImageNet's 224 px images get. 11,173,962 parameters for 10 classes.
 
-See chapters: Training and classification; Real photos on a GPU.
+See chapters: Training and classification; Real photos.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class CifarResNet18(nn.Module):
         >>> model(torch.zeros(2, 3, 32, 32)).shape
         torch.Size([2, 10])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     def __init__(self, num_classes: int = 10, *, in_chans: int = 3) -> None:

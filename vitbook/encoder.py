@@ -44,7 +44,7 @@ class DropPath(nn.Module):
         >>> sorted(set(out.flatten().tolist()))  # whole samples are 0 or 1 / (1 - p)
         [0.0, 2.0]
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     def __init__(self, p: float = 0.0) -> None:

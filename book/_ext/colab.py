@@ -77,7 +77,8 @@ GPU_NOTE = (
     "> **Run it on a GPU.** This chapter trains on photos, which takes a GPU. This copy asks "
     "Colab for one when it opens; if the runtime has none, choose **Runtime > Change runtime "
     "type**, pick **T4 GPU**, **Save**, then **Runtime > Run all**. Without a GPU the chapter "
-    "runs the same code on a small stand-in, and says so under the cell that chooses."
+    "runs the same code on the photos that ship with vitbook, or on a small stand-in, and says "
+    "so under the cell that chooses."
 )
 # Sentences of chapters that speak of the HTML page, and how a notebook says them. Chapters
 # word new text for both (or put the HTML wording in an ``{only} html`` block); the tests

@@ -20,7 +20,7 @@ outside ``ALL_OPS`` (``vitbook.data.image_ops.values_on_host``). RandAugment and
 live in :mod:`vitbook.data.randaugment`, their ops in :mod:`vitbook.data.image_ops`; both are
 imported here too.
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def random_crop_flip(padding: int = 4, flip: bool = True) -> Augment:
         >>> crop(images, torch.Generator().manual_seed(0)).shape
         torch.Size([2, 1, 3, 3])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     padding = _checks.integer("padding", padding, fix="use 4 for 32 x 32 photos")
     flip = _checks.boolean("flip", flip)
@@ -282,7 +282,7 @@ def random_erasing(
         >>> erased.flatten(1).any(dim=1).tolist()  # every image got a box
         [True, True, True, True]
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     p = _checks.real("p", p, low=0.0, high=1.0, fix="DeiT uses 0.25")
     scale = _interval("scale", scale, 1.0, "use (0.02, 1 / 3), as timm")
@@ -327,7 +327,7 @@ def compose(*augments: Augment) -> Augment:
         >>> augment(torch.rand(4, 3, 8, 8), torch.Generator().manual_seed(0)).shape
         torch.Size([4, 3, 8, 8])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     for k, step in enumerate(augments):
         if not callable(step):

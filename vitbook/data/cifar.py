@@ -11,7 +11,7 @@ with matplotlib and scikit-learn, so that the code that trains on CIFAR-10 runs 
 Images come back as float32 tensors (B, 3, 32, 32) in [0, 1]; :class:`Normalize`, the first layer
 of the photo models, subtracts the per-channel mean and divides by the standard deviation.
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class ImageSplits:
         >>> splits.train[0].shape, splits.num_classes, splits.is_standin
         (torch.Size([30, 3, 32, 32]), 3, True)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     train: Data
@@ -120,7 +120,7 @@ class Normalize(nn.Module):
         >>> round(out[0, 0, 0, 0].item(), 6)
         0.0
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
@@ -323,7 +323,7 @@ def load_cifar10(
         >>> splits.train[0].shape[1:]
         torch.Size([3, 32, 32])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     if source is not None and not isinstance(source, str | Path):
         raise TypeError(
@@ -367,7 +367,7 @@ def cifar10_standin(
         >>> splits.classes, splits.val[1].tolist()
         (('grace_hopper', 'china', 'flower'), [0, 1, 2])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     from vitbook.data import sample_image
 

@@ -12,7 +12,7 @@ as :class:`vitbook.data.cifar.ImageSplits`, with a validation split held out of 
 photos, for code that trains by the book's rules (choices on validation, the test photos read
 once). Decoding needs Pillow, which matplotlib already needs.
 
-See chapter: Real photos on a CPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def load_cifar10_sample() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tor
         >>> torch.bincount(y_train).tolist() == [500] * 10
         True
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     decoded = _decoded()
     x_train, y_train = _as_tensors(*decoded["train"])  # the pixels become new float tensors
@@ -130,7 +130,7 @@ def cifar10_sample_splits(val_per_class: int = 50, *, seed: int = 0) -> ImageSpl
         >>> len(splits.train[1]), len(splits.val[1]), len(splits.test[1]), splits.is_standin
         (4500, 500, 1000, False)
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     _checks.integer("val_per_class", val_per_class, minimum=1, fix="50 holds out a tenth")
     if val_per_class >= 500:

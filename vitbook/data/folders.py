@@ -9,7 +9,7 @@ photo playground of the book reduces a photo too. :func:`write_image_folder` wri
 into the same layout as PNG files (lossless), which is how the tests and the chapter make a
 small folder from the shipped photos.
 
-See chapter: Real photos on a CPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def load_image_folder(
         >>> images.shape[1:], len(classes) == len(set(y_train[:6].tolist()))
         (torch.Size([3, 32, 32]), True)
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     size = _checks.integer("size", size, minimum=1, fix="use 32 for the book's photo ViT")
     root = Path(root).expanduser()
@@ -124,7 +124,7 @@ def write_image_folder(
         TypeError / ValueError: images or labels of the wrong shape, values outside [0, 1],
             labels outside ``classes``, or a class name that is not a plain folder name.
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     from PIL import Image
 

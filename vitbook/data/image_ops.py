@@ -8,7 +8,7 @@ torchvision's ``RandAugment``) and two more that timm's RandAugment draws (``inv
 magnitudes; ``check_call`` checks the calling convention of every augmentation in
 :mod:`vitbook.data.augment`.
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def check_call(images: object, generator: object) -> torch.Tensor:
         >>> check_call(torch.zeros(2, 3, 4, 5), torch.Generator()).shape
         torch.Size([2, 3, 4, 5])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     images_ = _checks.images(images)
     if not isinstance(generator, torch.Generator):
@@ -106,7 +106,7 @@ def values_on_host(tensor: torch.Tensor) -> bool:
         >>> values_on_host(torch.zeros(2)), values_on_host(torch.zeros(2, device="meta"))
         (True, False)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     return (
         tensor.device.type == "cpu" and not torch.compiler.is_compiling() and not is_fake(tensor)
@@ -148,7 +148,7 @@ def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor)
         >>> apply_ops(images, ops, torch.tensor([9.0, 7.0])).shape
         torch.Size([2, 3, 4, 5])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     images = _checks.images(images)
     b, c, h, w = images.shape

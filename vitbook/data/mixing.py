@@ -6,7 +6,7 @@ carries its class count in ``num_classes``: the labels must be below it (``vitbo
 checks them once; a label outside would give a target row that sums to less than 1, so a mix
 called on the CPU refuses it too).
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def mixup_cutmix(
         >>> images.shape, targets.shape, targets.sum(1)
         (torch.Size([4, 3, 8, 8]), torch.Size([4, 10]), tensor([1., 1., 1., 1.]))
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     n_cls = _checks.integer("n_cls", n_cls, minimum=2, fix="use 10 for CIFAR-10")
     mixup_alpha = _checks.real("mixup_alpha", mixup_alpha, low=0.0, fix="use 0.8 (DeiT)")

@@ -15,7 +15,7 @@ them. Two scales read RandAugment's magnitude:
   ``rand-m9-mstd0.5-inc1`` is ``rand_augment(2, 9, scale="timm", magnitude_std=0.5)``: rotation
   up to 27 degrees at m9. torchvision's bin 9 of 31 is about m3 on this scale.
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def rand_augment(
         >>> deit(torch.rand(4, 3, 8, 8), torch.Generator().manual_seed(0)).shape
         torch.Size([4, 3, 8, 8])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     _checks.integer("num_ops", num_ops, minimum=0, fix="use 2, as in the paper")
     bins = _checks.integer("num_magnitude_bins", num_magnitude_bins, minimum=2, fix="use 31")
@@ -283,7 +283,7 @@ def trivial_augment_wide(num_magnitude_bins: int = 31) -> Augment:
         >>> augment(torch.rand(4, 3, 8, 8), torch.Generator().manual_seed(0)).shape
         torch.Size([4, 3, 8, 8])
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     bins = _checks.integer("num_magnitude_bins", num_magnitude_bins, minimum=2, fix="use 31")
     return _policy(1, None, bins)

@@ -57,7 +57,10 @@ from vitbook.plotting.patches import (
 from vitbook.plotting.photos import (
     plot_augmented,
     plot_ladder,
+    plot_photo_confusion,
+    plot_photo_mistakes,
     plot_photos_by_class,
+    plot_time_to_accuracy,
 )
 from vitbook.plotting.positions import (
     plot_position_similarity,
@@ -123,7 +126,10 @@ __all__ = [
     "plot_patch_size_experiment",
     "plot_patch_vector",
     "plot_pipeline",
+    "plot_photo_confusion",
+    "plot_photo_mistakes",
     "plot_photos_by_class",
+    "plot_time_to_accuracy",
     "plot_position_experiment",
     "plot_position_similarity",
     "plot_predictions",

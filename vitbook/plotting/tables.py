@@ -6,7 +6,7 @@ table wraps its cells to the column. A ``Table`` carries three renditions and ea
 the best it can show: HTML (the book and every notebook front end), Markdown, and aligned plain
 text (a terminal, ``print(table)``).
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Table:
         | vit | 0.783 |
         | resnet18 | 0.893 |
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     def __init__(

@@ -64,7 +64,7 @@ def quantize_int8(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
         >>> names, packed["fc.weight"].tolist()
         (['fc.weight'], [[63, -127], [127, 6]])
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     packed: dict[str, torch.Tensor] = {}
     names = []
@@ -91,7 +91,7 @@ def dequantize_int8(tensors: dict[str, torch.Tensor], names: list[str]) -> dict[
         >>> dequantize_int8(packed, names)["fc.weight"].tolist()
         [[0.4960777759552002, -1.0000298023223877]]
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     out = {name: t for name, t in tensors.items() if not name.endswith(SCALE)}
     for name in names:

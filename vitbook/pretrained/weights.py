@@ -143,7 +143,7 @@ def load_cifar10_vit(device: str | torch.device = "cpu") -> torch.nn.Sequential:
         >>> model(torch.rand(2, 3, 32, 32)).shape, model.training, model[1].config.embed_dim
         (torch.Size([2, 10]), False, 192)
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     import json
 

@@ -15,7 +15,7 @@ recipe is the GPU ladder's base recipe (AdamW, peak learning rate 1e-3, weight d
 label smoothing 0.1, crop and flip): two runs of 10 epochs on the validation photos found no
 gain in a peak of 2e-3 (0.668 against 0.675). Its 70 epochs fill about 105 minutes.
 
-See chapter: Real photos on a CPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from vitbook import _files
 from vitbook._files import ASSETS
 from vitbook.studies.recording import Progress, progress_of
 
-__all__ = ["CPU_VIT", "PLAN", "RESULTS_PATH", "ROW", "ROWS", "load_progress", "load_results",
-           "time_to_accuracy"]  # fmt: skip
+__all__ = ["CPU_VIT", "MEASURED_STEP", "PLAN", "RESULTS_PATH", "ROW", "ROWS", "STEP_CHANGES",
+           "load_progress", "load_results", "planned_recipe", "time_to_accuracy"]  # fmt: skip
 
 RESULTS_PATH = ASSETS / "cifar10_cpu_results.json"
 # DeiT-Ti's width (D = 192, 3 heads of 64) at half its depth with half its MLP: 1.81 M
@@ -44,6 +44,37 @@ ROWS: dict[str, dict[str, object]] = {
 }  # fmt: skip
 PLAN: dict[str, tuple[int, ...]] = {ROW: (0,)}
 
+# What each change to the training step bought, measured by benchmarks/photos_cpu.py before the
+# run was recorded, on its machine (2-core Intel Xeon with AMX, torch 2.13.0+cpu, 2 threads),
+# every step timed interleaved with the others in one process, medians of 8 rounds (the run of
+# 01:45 UTC; one of 01:28 gave the same order, the compiled step at 566 photos/s).
+STEP_CHANGES = {
+    "plain": "fp32, fused attention, batch 128",
+    "1 thread": "one thread instead of two",
+    "channels-last": "photos in channels-last order",
+    "batch 256": "batch 256",
+    "batch 512": "batch 512",
+    "bf16": "bf16, fused attention",
+    "bf16 explicit": "bf16, explicit attention",
+    "bf16 explicit b256": "bf16, explicit, batch 256",
+    "bf16 explicit b256 uint8": "... photos kept as uint8",
+    "bf16 explicit b256 compiled": "... and torch.compile",
+}
+MEASURED_STEP = {
+    "images_per_s": {"plain": 234.3, "1 thread": 123.6, "channels-last": 235.2,
+                     "batch 256": 239.8, "batch 512": 205.6, "bf16": 229.3,
+                     "bf16 explicit": 462.8, "bf16 explicit b256": 495.7,
+                     "bf16 explicit b256 uint8": 506.6, "bf16 explicit b256 compiled": 522.3},
+    "matmul_gflops": {"matmul fp32": 327.6, "matmul bf16": 1643.8},
+    "train_mflop_per_photo": 752.1,
+    # the same two steps in a process with oneDNN capped at AVX512_CORE, below this CPU's bf16
+    # instructions: the arithmetic of a CPU without bf16 units
+    "no_bf16_units": {"plain": 245.7, "bf16 explicit b256": 77.2},
+    "validation_share_of_epoch": 0.038,
+    "cpu_matrix_features": ["amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2"],
+    "date": "2026-12-07",
+}  # fmt: skip
+
 
 def load_results(path: str | Path = RESULTS_PATH) -> dict:
     """The recorded CPU run: ``{"runs": [...], "provenance": [...]}`` (a state folder's
@@ -53,7 +84,7 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict:
         FileNotFoundError: nothing recorded at ``path``, with the command that records it.
         vitbook._files.ResultsFileError: a damaged file or one without runs, named.
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     remedy = ("record it with `python scripts/train_cifar10.py --plan cpu --data cifar10.npz "
               "--state DIR --minutes M`.")  # fmt: skip
@@ -103,7 +134,7 @@ def time_to_accuracy(run: dict, levels: tuple[float, ...]) -> dict[float, float 
         >>> time_to_accuracy(run, (0.5, 0.7, 0.9))
         {0.5: 2.0, 0.7: 3.5, 0.9: None}
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     accuracy, seconds = run.get("val_accuracy"), run.get("epoch_seconds")
     if not accuracy or seconds is None or len(seconds) != len(accuracy):

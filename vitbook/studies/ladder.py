@@ -23,7 +23,7 @@ seeds are recorded, which are missing, which rows are partial.
 :func:`readout` is what the chapter shows of a trained photo ViT: attention rollout from the class
 token and the mean attention distance of every head.
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def changes(
         >>> changes("vit-200", "vit-50-repeated")
         {'epochs': (50, 200)}
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     rows = ROWS if rows is None else rows
     for name in (row, above):
@@ -188,7 +188,7 @@ def recipes(results: dict) -> dict[str, dict[str, object]]:
         >>> recipes(load_results())["vit-regularised-100"]["drop_path_rate"]
         0.1
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     found: dict[str, dict[str, object]] = {}
     for run in results["runs"]:
@@ -209,7 +209,7 @@ def describe_change(change: dict[str, tuple[object, object]]) -> str:
         >>> describe_change(changes("vit-50-mix", "vit-50-randaugment-m9"))
         'MixUp/CutMix: off → on'
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     def show(value: object) -> str:
@@ -232,7 +232,7 @@ def projected_minutes(row: str) -> float | None:
         >>> projected_minutes("vit-200"), projected_minutes("resnet18-200")
         (36.0, None)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     if ROWS[row]["model"] != "vit":
         return None
@@ -247,7 +247,7 @@ def planned_recipe(row: str) -> dict[str, object]:
         >>> planned_recipe("vit-200-conv-stem")["stem"], "epochs" in planned_recipe("vit-50")
         ('conv', False)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     rows = {**ROWS, **DEIT_ROWS}
     if row not in rows:
@@ -274,7 +274,7 @@ def recording_order(
         >>> recording_order()[5:7]
         [('vit-200-conv-stem', 0), ('vit-50', 0)]
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     seeds = {**PLAN, **DEIT_PLAN} if seeds is None else seeds
     rows = [*FIRST_ROWS, *(name for name in ROWS if name not in FIRST_ROWS)]
@@ -306,7 +306,7 @@ def plan_cost(
         >>> plan_cost()[1]
         ('vit-200', 0, 200, 4.85)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     rows = {**ROWS, **DEIT_ROWS}
     timed = {name for name, row in ROWS.items() if row["model"] == "vit"}
@@ -323,7 +323,7 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict:
         vitbook._files.ResultsFileError: a damaged file (not JSON, cut short) or one without
             runs or provenance, named, with what to do (a ``ValueError``).
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     remedy = ("record the ladder on a GPU with `python scripts/train_cifar10.py --data "
               "cifar10.npz` (or --download).")  # fmt: skip
@@ -393,7 +393,7 @@ def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
         >>> row["n"], round(row["test_mean"], 4), round(row["test_std"], 4)
         (2, 0.8, 0.0141)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     _summable(results["runs"])
     table: dict[str, dict[str, float | int | None]] = {}
@@ -430,7 +430,7 @@ def describe(row: dict, split: str = "test", digits: int = 4, *, percent: bool =
         >>> describe({"test_mean": 0.87366, "test_std": 0.00467}, percent=True)
         '87.37 ± 0.47'
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     mean, std = row[f"{split}_mean"], row[f"{split}_std"]
     scale, digits = (100, digits - 2) if percent else (1, digits)
@@ -448,7 +448,7 @@ def group_provenance(results: dict) -> list[dict[str, object]]:
         One dict per group: the shared fields, ``"entries"`` (how many), ``"seeds"`` (sorted
         union), ``"dates"`` (first and last) and ``"commands"`` (each entry's).
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     groups: dict[str, dict[str, object]] = {}
     for entry in results["provenance"]:
@@ -485,7 +485,7 @@ def macs(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
         >>> macs(nn.Linear(4, 3), torch.rand(2, 4))
         {'aten.addmm': 24.0}
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     from torch.utils.flop_counter import FlopCounterMode  # imports torch._dynamo: seconds
 
@@ -518,7 +518,7 @@ def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[st
         >>> out["rollout_maps"].shape, out["mean_attention_distance"].shape
         (torch.Size([2, 2, 2]), torch.Size([2, 2]))
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     normalize, vit = model[0], model[1]
     vit.eval()
@@ -564,7 +564,7 @@ def recording_progress(
         >>> progress.complete, progress.next, progress.label("vit-200")
         (False, ('resnet18-200', 0), 'vit-200 (not recorded)')
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     order = recording_order() if order is None else list(order)
     rows = {**ROWS, **DEIT_ROWS}
@@ -584,7 +584,7 @@ def load_progress(path: str | Path = NEXT_RESULTS_PATH) -> Progress:
         >>> load_progress("no-such-file.json").source
         'nothing recorded yet: no file at no-such-file.json'
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     path = Path(path)
     if not path.exists():

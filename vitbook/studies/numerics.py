@@ -12,7 +12,7 @@ instead of a value seen on one machine:
   gap, the bound, and whether the predicted class is the same wherever fp32's top two logits are
   further apart than twice the bound (closer than that, rounding may decide either way).
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations

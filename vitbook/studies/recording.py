@@ -7,7 +7,7 @@ stage. :func:`progress_of` reads a results file against a plan (each row's epoch
 and refuses what does not belong to it; :func:`vitbook.studies.ladder.recording_progress` and
 :func:`vitbook.studies.ladder.load_progress` apply it to the photo ladder's next recording.
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Progress:
         other: runs of the file outside the plan (another ladder's rows), left out.
         source: where the runs came from (a path, or a note that nothing is recorded yet).
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     order: tuple[tuple[str, int], ...]
@@ -171,7 +171,7 @@ def progress_of(
         >>> progress.recorded, progress.missing, progress.label("a")
         ((('a', 1),), (('a', 0),), 'a (seed 1 of 0, 1; partial)')
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     name = source or "the results"
     results = {"runs": []} if results is None else results

@@ -8,7 +8,7 @@
 
 Writing and reading the files themselves (checked paths, atomic writes) is :mod:`vitbook._files`.
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def check_together(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = Fal
         ...     print(str(error).splitlines()[1])
         - row 'r' seed 0 twice (a.json, b.json)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     for name, part in parts:
         _layout(part, name)
@@ -196,7 +196,7 @@ def join(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = False, note: 
         >>> [r["process"] for r in joined["runs"]], len(joined["provenance"])
         ([0, 1], 2)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     check_together(parts, allow_mixed=allow_mixed)
     joined: dict = {"runs": [], "provenance": [], "joins": []}

@@ -28,7 +28,7 @@ epochs and the recipe) before anything is joined; nothing is mixed silently.
 :class:`Concurrency` chooses how many runs share the GPU by measuring, and :func:`budgets_left`
 says how many more budgets the rest needs at the rate measured.
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ LAYOUT = ("plan.json", "results.json", "runs", "weights", "cache")  # a state fo
 class StateMismatchError(ValueError):
     """A state folder, or a run's state in it, that belongs to another plan; says what differs.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
 
@@ -62,7 +62,7 @@ def code_version(*extra: str | os.PathLike) -> str:
         >>> len(code_version()), code_version() == code_version()
         (16, True)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     digest = hashlib.sha256()
     files = sorted(PACKAGE.rglob("*.py")) + [Path(p).resolve() for p in extra]
@@ -87,7 +87,7 @@ class StateFolder:
 
     Every write is atomic (:mod:`vitbook.studies.records`); ``results.json`` is only appended to.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     def __init__(self, root: str | os.PathLike) -> None:
@@ -304,7 +304,7 @@ class Concurrency:
         >>> chooser.observe(3, 4.0); chooser.target, chooser.settled  # 3 / 2 = 1.5: less
         (2, True)
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     GAIN = 1.10
@@ -382,7 +382,7 @@ def budgets_left(
         ...              processes=2, budget_s=600, overhead_s=60)
         (1, '135 s of training (90 epochs, 2 side by side) in budgets of 540 s usable')
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     _checks.integer("processes", processes, minimum=1, fix="the runs side by side")
     _checks.real("budget_s", budget_s, low=0, open_low=True, fix="a session's seconds")

@@ -61,7 +61,7 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
         >>> resolve_precision("auto", "cpu"), resolve_precision("bf16", "cpu")
         ('fp32', 'bf16')
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     _checks.choice("precision", precision, PRECISIONS)
     device = _checks.device("device", device)

@@ -28,7 +28,7 @@ disk, a copy) is found, not trained on. A :class:`Checkpointer` is an
 :func:`hard_deadline` as a safety net. ``vitbook.studies.session`` builds the recording of the photo
 ladder on these (a state folder, budgets of minutes).
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ HEADER = b"vitbook training state, sha256 "  # a state file's first line, then i
 class TrainingStateError(ValueError):
     """A saved training state that cannot continue this run; the message says why and what to do.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
 
@@ -106,7 +106,7 @@ def capture(
         history: the ``History``'s fields.
         device: the training device (its GPU generator is saved on a GPU).
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     state = {
         "format": FORMAT,
@@ -147,7 +147,7 @@ def restore(
             whose epochs done are not an int within ``0 .. epochs``, or of another model (the
             weights do not fit).
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     if not isinstance(state, dict) or "arguments" not in state:
         raise TypeError(
@@ -198,7 +198,7 @@ def save_state(path: str | os.PathLike, state: dict[str, object]) -> None:
     the disk and then moved into place; see :func:`vitbook._files.write_with`): a header line
     with the sha256 of the ``torch.save`` bytes that follow it.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     buffer = io.BytesIO()
     torch.save(state, buffer)
@@ -215,7 +215,7 @@ def load_state(path: str | os.PathLike) -> dict[str, object]:
             :func:`save_state` (a changed byte, which its checksum finds; cut short; another
             format; a state saved without the checksum), naming it, with what to do.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     path = Path(path)
     remedy = (f"delete {path} to train that run again from its start (its earlier epochs are "
@@ -257,7 +257,7 @@ class OutOfTime(BaseException):
     A ``BaseException``, like ``KeyboardInterrupt``, so that no ``except Exception`` on the way
     swallows it. The epoch in progress is lost; the last saved state stands.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
 
@@ -268,7 +268,7 @@ class StopRequest:
     Use it as a context manager around training, in the main thread; it puts the previous
     handlers back on exit. ``requested`` says whether a stop was asked for, ``reason`` by what.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     def __init__(self) -> None:
@@ -302,7 +302,7 @@ def hard_deadline(deadline: float | None, clock: Callable[[], float] = time.mono
     of the next epoch holds; this one stops a run whose epoch took longer than estimated.
     ``None``: no deadline.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
     if deadline is None:
         yield
@@ -348,7 +348,7 @@ class Checkpointer:
             from the checkpointer's making: it includes set-up and compiling).
         stopped: why it stopped the run (``""`` while it goes on).
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     SAFETY = 1.25  # the next epoch is estimated as this times the slowest of the last three

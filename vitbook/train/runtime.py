@@ -20,7 +20,7 @@ variables steer what this module reports (a reader never needs them):
   ``x_test``, ``y_test`` in torchvision's layout, instead of torchvision's copy. The tests point it
   at a few hundred photos of CIFAR-10's shapes; a reader can point it at their own copy.
 
-See chapters: Real photos on a GPU; Fine-tuning a pretrained ViT.
+See chapters: Real photos; Fine-tuning a pretrained ViT.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Runtime:
         >>> runtime.has_gpu, str(runtime)
         (False, 'no GPU: the CPU, training in fp32')
 
-    See chapters: Real photos on a GPU; Fine-tuning a pretrained ViT.
+    See chapters: Real photos; Fine-tuning a pretrained ViT.
     """
 
     device: torch.device
@@ -100,7 +100,7 @@ class Runtime:
             >>> Runtime(torch.device("cpu"), None, "fp32", False)._val_size(0.02)
             1000
 
-        See chapter: Real photos on a GPU.
+        See chapter: Real photos.
         """
         return load_cifar10(
             self.cifar10_file, download=download, val_size=self._val_size(val_share), seed=seed
@@ -152,7 +152,7 @@ def detect_runtime() -> Runtime:
         (True, 'cpu', 'fp16')
         >>> del os.environ["VITBOOK_SIMULATE_GPU"]
 
-    See chapters: Real photos on a GPU; Fine-tuning a pretrained ViT.
+    See chapters: Real photos; Fine-tuning a pretrained ViT.
     """
     from vitbook.train import resolve_precision
 

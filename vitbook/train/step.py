@@ -25,7 +25,7 @@ recorded as a CUDA graph (``mode="reduce-overhead"``). Shapes are static: the la
 of an epoch (and a micro-batch one image smaller) compiles its own graph once, which every later
 epoch reuses. The first step runs eagerly, so that the checks of the first outputs can read them.
 
-See chapter: Real photos on a GPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class DivergenceError(ValueError):
     A ``ValueError`` (what ``fit`` always raised for it); the model keeps the state it had after
     the step before, and the message names the step.
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
 
@@ -114,7 +114,7 @@ class TrainStep:
         where: ``where(step)``, the words that place step ``step`` (from 1) in training, for
             the error (``fit`` says ``"epoch 2, step 7 of 30"``).
 
-    See chapter: Real photos on a GPU.
+    See chapter: Real photos.
     """
 
     def __init__(

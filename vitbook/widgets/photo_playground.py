@@ -37,7 +37,7 @@ then the 64 patches in row-major grid order) and ``rollout`` the N x N row-major
 :func:`vitbook.analysis.attention_rollout`. ``load(pixels)`` shows a photo, and ``current()``
 returns what is shown: ``predict``'s result with the photo's ``pixels``.
 
-See chapter: Real photos on a CPU.
+See chapter: Real photos.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class PhotoPlayground:
         >>> photo_playground()
         PhotoPlayground(D=192, depth=6, num_heads=3, 20 test photos)
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
 
     def __init__(self, payload: dict) -> None:
@@ -135,7 +135,7 @@ def photo_playground(
         >>> len(page.encode()) < 5_000_000
         True
 
-    See chapter: Real photos on a CPU.
+    See chapter: Real photos.
     """
     if model is None:
         from vitbook.pretrained import load_cifar10_vit
