@@ -172,5 +172,5 @@ def test_the_script_never_writes_the_shipped_sample_unless_told(tmp_path, monkey
     assert "--write-assets" in capsys.readouterr().err
     assert cifar_sample.SAMPLE_PATH.read_bytes() == before
     with pytest.raises(SystemExit):  # more photos than a class has
-        script.main([str(copy), "--test", "5"])
+        script.main([str(copy), "--train", "10", "--test", "5"])
     assert "fewer than the 5 asked for" in capsys.readouterr().err

@@ -146,3 +146,77 @@ def test_percentages_beside_fractions_are_refused():
     assert paired_difference({0: 79.0, 1: 81.0}, {0: 80.0, 1: 78.0}).n == 2
     assert paired_difference({0: 1.2, 1: 1.1}, {0: 0.9, 1: 0.95}).mean == pytest.approx(0.225)
     assert paired_difference({0: 0.02, 1: -0.01}, {0: 0.0, 1: 0.03}).n == 2
+
+
+def test_a_bound_that_rounds_to_zero_keeps_its_sign_and_side():
+    """Two intervals that both printed "0.0" as a bound got opposite verdicts: one started at
+    +0.002 points (it tells), the other at -0.032 (it does not). The printed bound now shows
+    its side, with the digits that it takes; only an exact 0 prints as 0.0."""
+    def starting_at(low):  # five differences around 2 points whose interval starts at low
+        spread = (0.02 - low) / (t_quantile_975(4) * math.sqrt(2.5 / 5))
+        return {s: 0.02 + spread * (s - 2) for s in range(5)}
+
+    zero = dict.fromkeys(range(5), 0.0)
+    above = paired_difference(starting_at(0.00002), zero)  # +0.002 points
+    assert above.low == pytest.approx(0.00002, abs=1e-9) and above.tells
+    assert above.describe().startswith("+2.0 points (95% interval +0.002 to +4.0;")
+    assert above.cell().split("\n")[1] == "+0.002 to +4.0"
+    below = paired_difference(starting_at(-0.00032), zero)  # -0.032 points
+    assert below.low < 0 and not below.tells
+    assert below.describe().startswith("+2.0 points (95% interval \u22120.03 to +4.0;")
+    # a bound of exactly 0 (every seed ties) stays 0.0, without a sign
+    assert paired_difference({0: 0.9, 1: 0.8}, {0: 0.9, 1: 0.8}).describe() == (
+        "0.0 points (95% interval 0.0 to 0.0; 0 of 2 seeds agree, 2 tie)")
+
+
+def test_the_sign_of_a_printed_bound_agrees_with_the_verdict():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.choice((2, 3, 5))
+        b = {s: rng.uniform(0.8, 0.9) for s in range(n)}
+        a = {s: b[s] + rng.gauss(0.01, 0.01) for s in range(n)}
+        d = paired_difference(a, b)
+        text = d.describe(digits=1).split("interval ")[1].split(";")[0]
+        low, high = (float(x.replace("\u2212", "-")) for x in text.split(" to "))
+        assert d.tells == (low > 0 or high < 0), (text, d.low, d.high)
+
+
+def test_verdicts_name_a_winner_only_where_the_interval_tells():
+    """The verdict sentence says "is ahead of" exactly when the interval excludes 0, and "cannot
+    tell" otherwise (the CIFAR-10 questions of the data-efficient chapter print it)."""
+    cases = [({0: 0.9, 1: 0.91, 2: 0.92}, {0: 0.8, 1: 0.8, 2: 0.81}),
+             ({0: 0.9, 1: 0.8, 2: 0.85}, {0: 0.85, 1: 0.84, 2: 0.84}),
+             ({0: 0.9}, {0: 0.8})]  # fmt: skip
+    for a, b in cases:
+        d = paired_difference(a, b)
+        line = d.verdict("A", "B")
+        assert ("is ahead of" in line) == d.tells
+        assert ("cannot tell" in line) == (not d.tells)
+    # three seeds resolve only large gaps: no sign-flip test of three goes below 2/2**3
+    assert sign_flip_p([0.01, 0.02, 0.03]) == 0.25 == 2 / 2**3
+
+
+def test_ties_raise_the_sign_flip_floor():
+    assert sign_flip_p([0.01, 0.02, 0.03, 0.04, 0.05]) == 2 / 32
+    assert sign_flip_p([0.01, 0.02, 0.03, 0.04, 0.0]) == 4 / 32  # one tie: 2 / 2**4
+    assert sign_flip_p([0.01, 0.02, 0.03, 0.0, 0.0]) == 8 / 32
+    assert sign_flip_p([0.01] * 6) == 2 / 64  # six seeds: below 0.05
+
+
+def test_the_rank_sum_p_is_the_exact_mann_whitney_test():
+    from vitbook.studies.comparison import rank_sum_p
+
+    a, b = [0.97, 0.962, 0.975, 0.968, 0.971], [0.85, 0.93, 0.61, 0.88, 0.91]
+    exact = stats.mannwhitneyu(a, b, alternative="two-sided", method="exact").pvalue
+    assert rank_sum_p(a, b) == pytest.approx(exact) == pytest.approx(2 / 252)
+    mixed = [0.9, 0.86, 0.95, 0.8, 0.99], [0.85, 0.93, 0.61, 0.88, 0.91]
+    assert rank_sum_p(*mixed) == pytest.approx(
+        stats.mannwhitneyu(*mixed, alternative="two-sided", method="exact").pvalue)
+    # mappings of seed -> value are read as their values: the test ignores the pairing
+    assert rank_sum_p(dict(enumerate(a)), dict(enumerate(b))) == rank_sum_p(a, b)
+    # ties share their mean rank; every split then counted by hand
+    assert rank_sum_p([1.0, 2.0], [2.0, 3.0]) == pytest.approx(4 / 6)
+    assert rank_sum_p([], [1.0]) is None
+    assert rank_sum_p([0.1] * 15, [0.2] * 15) is None  # too many splits to enumerate

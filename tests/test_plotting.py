@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 
 from vitbook import ViTConfig, axial_attention_mask, plotting, sincos_1d, sincos_2d
 from vitbook.analysis import position_embedding_similarity
+from vitbook.data.cifar import CIFAR10_CLASSES
 from vitbook.plotting import (
     plot_attention_cost,
     plot_attention_distance,
@@ -450,6 +451,19 @@ EXAMPLES = {
     ),
     "plot_augmented": lambda: plotting.plot_augmented(
         {"original": torch.rand(8, 3, 32, 32), "crop and flip": torch.rand(8, 3, 32, 32)}
+    ),
+    "plot_time_to_accuracy": lambda: plotting.plot_time_to_accuracy(
+        {"2 CPU cores": {"val_accuracy": [0.4 + 0.005 * k for k in range(70)],
+                         "epoch_seconds": [100.0] * 70},
+         "H100 (D = 256)": {"val_accuracy": [0.5 + 0.01 * k for k in range(30)]}},
+        minutes_of="2 CPU cores", levels=(0.5, 0.6, 0.7, 0.75, 0.8),
+    ),
+    "plot_photo_confusion": lambda: plotting.plot_photo_confusion(
+        torch.randint(0, 100, (10, 10)), list(CIFAR10_CLASSES)
+    ),
+    "plot_photo_mistakes": lambda: plotting.plot_photo_mistakes(
+        torch.rand(20, 3, 32, 32), torch.arange(20) % 10, (torch.arange(20) + 1) % 10,
+        list(CIFAR10_CLASSES), count=12,
     ),
     "plot_ladder": lambda: plotting.plot_ladder(
         {name: {"test_mean": m, "test_min": m - 0.01, "test_max": m + 0.01, "n": 3,

@@ -218,7 +218,7 @@ def test_a_folder_or_a_run_state_of_another_plan_is_refused(script, plan, tmp_pa
     (["--minutes", "5"], "--minutes 5 needs --state DIR"),
     (["--state", "s", "--out", "r.json"], "--out with --state: the state folder keeps"),
     (["--state", "s", "--teacher-dir", "w"], "--teacher-dir with --state"),
-    (["--state", "s", "--rows", "vit-crop-flip"], "belong to the recorded ladder"),
+    (["--state", "s", "--rows", "vit-crop-flip"], "are not rows of --plan next"),
     (["--state", "s", "--minutes", "0"], "--minutes: 0 is not a positive number of minutes"),
     (["--state", "s", "--processes", "0"], "--processes: 0 is not a positive number"),
     (["--state", "s", "--processes", "auto:0"], "--processes: 0 is not a positive number"),

@@ -16,21 +16,33 @@ What the interval covers, and what it assumes:
   ``vitbook.studies.experiments.training_subset`` draws its permutation once, with seed 0. A new
   subset or a new validation split adds variance the interval does not hold.
 - The t interval assumes the seed-to-seed differences are roughly normal. The sign-flip test
-  assumes only that, were A and B alike, each difference would be as likely positive as
-  negative; with n seeds it cannot go below 2 / 2**n (0.0625 for 5 seeds, 0.25 for 3), so an
-  interval that barely excludes 0 carries no distribution-free evidence.
+  assumes only that each difference is symmetric about 0 were A and B alike (A and B
+  exchangeable within a seed). Two-sided and paired, it cannot go below 2 / 2**n with n seeds
+  (0.0625 for 5, 0.25 for 3), and each tie doubles that floor (0.125 for 5 seeds, 1 tie). So
+  five seeds that all agree give 0.0625 however far apart the settings are: the p marks how
+  many agree, not how near 0 the interval starts. Three tests can go lower: the unpaired
+  exact rank-sum test over the runs (:func:`rank_sum_p`; 2 / 252 for 5 runs each, exact where
+  the two settings' runs share nothing), a one-sided sign-flip test declared before the runs
+  (1 / 32), and six seeds (2 / 64).
 
 See chapter: How this book compares two settings.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["PairedDifference", "paired_difference", "sign_flip_p", "t_quantile_975"]
+__all__ = [
+    "PairedDifference",
+    "paired_difference",
+    "rank_sum_p",
+    "sign_flip_p",
+    "t_quantile_975",
+]
 
 # Student's t, the 97.5% point, for 1 to 30 degrees of freedom (two-sided 95%), to 5 decimals
 # (scipy.stats.t.ppf(0.975, df) rounded; the published tables agree to their 3 or 4 decimals).
@@ -71,11 +83,12 @@ def t_quantile_975(df: int) -> float:
 def sign_flip_p(differences: list[float]) -> float | None:
     """The exact two-sided paired sign-flip (permutation) p-value of the mean difference.
 
-    Were the two settings alike, each seed's difference A - B would be as likely to have one
-    sign as the other. The test flips the signs in all 2**n ways and counts the patterns whose
-    mean is at least as far from 0 as the observed one: p = that count / 2**n. It assumes no
-    normality, but with n seeds it cannot go below 2 / 2**n (all seeds agree): 0.0625 for 5
-    seeds, 0.25 for 3. A tie (a difference of 0) flips to itself.
+    Were the two settings alike, each seed's difference A - B would be symmetric about 0: A and
+    B could swap within a seed. The test flips the signs in all 2**n ways and counts the
+    patterns whose mean is at least as far from 0 as the observed one: p = that count / 2**n.
+    It assumes no normality, but with n seeds it cannot go below 2 / 2**n (all seeds agree):
+    0.0625 for 5 seeds, 0.25 for 3. A tie (a difference of 0) flips to itself, so each tie
+    doubles the floor: 0.125 for 5 seeds with 1 tie.
 
     Args:
         differences: the per-seed differences (any order).
@@ -89,6 +102,8 @@ def sign_flip_p(differences: list[float]) -> float | None:
         0.0625
         >>> sign_flip_p([0.02, -0.01, 0.04])  # 4 of the 8 patterns are as far from 0
         0.5
+        >>> sign_flip_p([0.02, 0.03, 0.01, 0.04, 0.0])  # one tie: the floor doubles
+        0.125
 
     See chapter: How this book compares two settings.
     """
@@ -102,6 +117,53 @@ def sign_flip_p(differences: list[float]) -> float | None:
     # Sums equal to the observed one but summed in another order may differ in the last bits.
     slack = 1e-9 * max(1.0, sum(abs(d) for d in differences))
     return sum(abs(s) >= observed - slack for s in sums) / len(sums)
+
+
+# The exact rank-sum test enumerates every split of the runs: up to about a million splits.
+RANK_SUM_MAX_SPLITS = 1_000_000
+
+
+def rank_sum_p(a: Iterable[float], b: Iterable[float]) -> float | None:
+    """The exact two-sided rank-sum (Wilcoxon-Mann-Whitney) p-value of two settings' runs,
+    unpaired.
+
+    Were the two settings alike, all their runs would be exchangeable: any split of them into
+    groups of len(a) and len(b) as likely as the one observed. The test ranks the pooled runs
+    (ties share their mean rank), enumerates every split, and counts those whose rank sum for
+    ``a`` is at least as far from its mean as the observed one. It ignores which runs share a
+    seed: exact where the settings' runs share nothing, and usually conservative where runs
+    of one seed are positively correlated. Its floor is 2 / C(n_a + n_b, n_a): 2 / 252 = 0.0079
+    for 5 runs each, reached when every run of one setting is below every run of the other.
+
+    Args:
+        a, b: the runs' values (an accuracy each), or mappings seed -> value.
+
+    Returns:
+        p in (0, 1]; None when either side is empty or there are more than
+        ``RANK_SUM_MAX_SPLITS`` splits to enumerate.
+
+    Example:
+        >>> round(rank_sum_p([0.97, 0.96, 0.98], [0.91, 0.95, 0.90]), 4)  # apart: 2 of 20
+        0.1
+        >>> rank_sum_p([0.9, 0.8], [0.85, 0.95])  # 4 of the 6 splits are as far
+        0.6666666666666666
+
+    See chapter: How this book compares two settings.
+    """
+    a_values = list(a.values()) if isinstance(a, Mapping) else list(a)
+    b_values = list(b.values()) if isinstance(b, Mapping) else list(b)
+    n_a, n = len(a_values), len(a_values) + len(b_values)
+    if not a_values or not b_values or math.comb(n, n_a) > RANK_SUM_MAX_SPLITS:
+        return None
+    pooled = sorted(a_values + b_values)
+    # mean rank of each value (1-based): ties share the mean of the ranks they span
+    rank_of = {v: (pooled.index(v) + 1 + n - pooled[::-1].index(v)) / 2 for v in pooled}
+    ranks = [rank_of[v] for v in a_values + b_values]
+    centre = n_a * (n + 1) / 2  # the mean rank sum of a under the null
+    observed = abs(sum(ranks[:n_a]) - centre)
+    splits = [abs(sum(ranks[i] for i in split) - centre)
+              for split in itertools.combinations(range(n), n_a)]  # fmt: skip
+    return sum(far >= observed - 1e-9 for far in splits) / len(splits)
 
 
 @dataclass(frozen=True)
@@ -157,7 +219,9 @@ class PairedDifference:
         """The difference as the book writes it, in percentage points by default:
         ``+2.4 points (95% interval -4.9 to +9.7; 3 of 5 seeds agree)``, with ``, 1 tie`` where
         seeds tie, and with ``p=True`` the sign-flip p-value after them (``; sign-flip p
-        0.0625``), for an interval near 0 that a sentence wants to qualify.
+        0.0625``), for an interval near 0 that a sentence wants to qualify. A bound that would
+        round to 0 keeps its sign and the digits that show its side (``+0.002``, ``\u22120.03``),
+        so that the printed interval says whether it holds 0; only an exact 0 prints ``0.0``.
 
         Example:
             >>> d = paired_difference({0: 0.9, 1: 0.8, 2: 0.7}, {0: 0.8, 1: 0.8, 2: 0.6})
@@ -168,7 +232,7 @@ class PairedDifference:
         mean = _signed(self.mean, scale, digits)
         if self.low is None:
             return f"{mean}{unit} (one seed: no interval)"
-        low, high = _signed(self.low, scale, digits), _signed(self.high, scale, digits)
+        low, high = _bound(self.low, scale, digits), _bound(self.high, scale, digits)
         flip = f"; sign-flip p {_p_text(self.sign_flip)}" if p else ""
         return f"{mean}{unit} (95% interval {low} to {high}; {self._seeds(short=False)}{flip})"
 
@@ -180,7 +244,7 @@ class PairedDifference:
         mean = _signed(self.mean, scale, digits)
         if self.low is None:
             return f"{mean}\none seed"
-        low, high = _signed(self.low, scale, digits), _signed(self.high, scale, digits)
+        low, high = _bound(self.low, scale, digits), _bound(self.high, scale, digits)
         flip = f"\np {_p_text(self.sign_flip)}" if p else ""
         return f"{mean}\n{low} to {high}\n{self._seeds(short=True)}{flip}"
 
@@ -201,6 +265,25 @@ def _signed(value: float, scale: float, digits: int) -> str:
     """``value * scale`` with its sign and a true minus sign; 0.0 without a sign."""
     text = f"{value * scale:+.{digits}f}"
     return "0.0" if float(text) == 0 else text.replace("-", "\u2212")
+
+
+# A bound that rounds to 0 at the asked digits gets up to this many more, to show its side.
+_MORE_DIGITS = 4
+
+
+def _bound(value: float, scale: float, digits: int) -> str:
+    """An interval's end as :func:`_signed` writes it, except that one that would print as 0.0
+    but is not 0 keeps its sign and enough digits to show its side: +0.002, \u22120.03.
+
+    Example:
+        >>> _bound(0.00002, 100, 1), _bound(-0.00032, 100, 1), _bound(0.0, 100, 1)
+        ('+0.002', '\u22120.03', '0.0')
+    """
+    for more in range(_MORE_DIGITS + 1):
+        text = _signed(value, scale, digits + more)
+        if text != "0.0":  # _signed writes 0.0 for any value that rounds to 0
+            return text
+    return _signed(value, scale, digits)
 
 
 def _by_seed(values: Mapping[int, float], name: str) -> dict[int, float]:
