@@ -17,7 +17,9 @@ own way, with jQuery in the classic Notebook): its script must start it, and its
 the arrow keys without moving the notebook's cell selection. Its last cell shows the digit
 playground (``vitbook.widgets.digit_playground``), another HTML output with an inline script: it
 must start once, register itself in ``window.vitbook.playgrounds``, compute what PyTorch computes
-for a test digit and take a mouse stroke. The kernel imports the ``vitbook`` of this repository
+for a test digit and take a mouse stroke. After it, the photo playground (``vitbook.widgets.photo_playground``)
+must start once, register itself in ``window.vitbook.photoPlaygrounds``, compute what PyTorch
+computes for a shipped test photo and show another photo from its menu. The kernel imports the ``vitbook`` of this repository
 (the server puts it first on ``PYTHONPATH``), whatever copy the environment has installed.
 Requests that leave the machine are refused.
 """
@@ -44,6 +46,7 @@ from booktools import CHROMIUM_FLAGS, ROOT, browser_path
 pytestmark = pytest.mark.book
 
 PLAYGROUND_TEST_DIGIT = 0  # index in the test split of vitbook.data.load_digits_split()
+PLAYGROUND_TEST_PHOTO = 3  # index among the shipped test photos of load_cifar10_sample()
 CELLS = [
     "import base64\nimport json\n\nfrom matplotlib.figure import Figure\n\n"
     "from vitbook.widgets import explore\n\n\n"
@@ -77,6 +80,17 @@ CELLS = [
     "from vitbook.widgets import digit_playground\n"
     "from vitbook.pretrained import load_digits_vit\n\n"
     "digit_playground(load_digits_vit())",
+    # PyTorch's answer for the shipped test photo that the test gives the photo playground.
+    "import json\n\nfrom vitbook.data import load_cifar10_sample\n"
+    "from vitbook.pretrained import load_cifar10_vit\n\n"
+    "*_, photos, _ = load_cifar10_sample()\n"
+    f"photo = photos[{PLAYGROUND_TEST_PHOTO}]  # (3, 32, 32) in [0, 1]\n"
+    'with open("photo_playground.json", "w") as file:\n'
+    "    json.dump({\n"
+    '        "pixels": (photo.permute(1, 2, 0) * 255).round().int().flatten().tolist(),\n'
+    '        "probabilities": load_cifar10_vit()(photo[None]).softmax(-1)[0].tolist(),\n'
+    "    }, file)",
+    "from vitbook.widgets.photo_playground import photo_playground\n\nphoto_playground()",
 ]
 PICTURE = "img.widget-image"
 # null while the front end swaps pictures (it revokes the blob: URL of the old one).
@@ -284,6 +298,38 @@ def check_playground(page, folder: Path, report: dict) -> None:
     report["playground check s"] = round(time.monotonic() - start, 2)
 
 
+def check_photo_playground(page, folder: Path, report: dict) -> None:
+    """The photo playground's output: started and registered once, the same probabilities as
+    PyTorch for a shipped test photo given as 3,072 pixel values, and its menu shows a photo."""
+    start = time.monotonic()
+    ready = ".vitbook-photo-playground[data-ready=true]"
+    page.locator(ready).first.wait_for(timeout=TIMEOUT_S * 1000)
+    report["photo playground start s"] = round(time.monotonic() - start, 2)
+    root = page.locator(".vitbook-photo-playground")
+    assert root.count() == 1, f"{root.count()} photo playgrounds in the page"
+    root.scroll_into_view_if_needed()
+    assert root.is_visible()
+    assert page.evaluate("() => window.vitbook.photoPlaygrounds.length") == 1
+    reference = json.loads((folder / "photo_playground.json").read_text())  # written before it
+    pixels, expected = reference["pixels"], reference["probabilities"]
+    assert len(pixels) == 3072
+    shown = page.evaluate(
+        "pixels => window.vitbook.photoPlaygrounds[0].predict(pixels).probabilities", pixels
+    )
+    gap = max(abs(a - b) for a, b in zip(shown, expected, strict=True))
+    assert gap < 1e-5, f"the page's probabilities differ from PyTorch's by {gap}"
+    assert shown.index(max(shown)) == expected.index(max(expected))
+    status = root.locator(".vpp-status")
+    before = status.text_content()
+    root.locator("select.vpp-example").select_option(index=2)
+    page.wait_for_function(
+        "([s, b]) => document.querySelector(s).textContent !== b", arg=[".vpp-status", before]
+    )
+    page.screenshot(path=folder / "photo_playground.png")
+    report["photo playground"] = f"starts, agrees with PyTorch to {gap:.0e}, shows another photo"
+    report["photo playground check s"] = round(time.monotonic() - start, 2)
+
+
 def drive(page, folder: Path, slider: str, report: dict) -> None:
     """Check the default frame, then one step of the slider by keyboard, then the menu."""
     frames_file = folder / "frames.json"
@@ -351,6 +397,7 @@ def test_jupyterlab_with_ipywidgets_8(tmp_path, record_property):
             page, "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex", report
         )
         check_playground(page, tmp_path, report)
+        check_photo_playground(page, tmp_path, report)
         assert not errors, f"page errors in JupyterLab: {errors}"
     assert not refused, f"requests that left the machine: {refused}"
     report["wall s"] = round(time.monotonic() - start, 1)
@@ -415,6 +462,7 @@ def test_classic_notebook_with_ipywidgets_7(tmp_path, classic_python, record_pro
         drive(page, tmp_path, ".widget-hslider .ui-slider-handle", report)
         check_static_figure(page, "() => Jupyter.notebook.get_selected_index()", report)
         check_playground(page, tmp_path, report)
+        check_photo_playground(page, tmp_path, report)
         failed = [text for text in console if "Could not create" in text or "model" in text]
         assert not failed, f"widget errors in the classic notebook: {failed}"
         assert not errors, f"page errors in the classic notebook: {errors}"
