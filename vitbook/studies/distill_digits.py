@@ -425,6 +425,12 @@ def load_teacher(path: str | Path = TEACHER_PATH) -> DigitsCNN:
 def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
     """The recorded miniature: ``provenance``, the constants, and ``runs[label]`` (one per seed).
 
+    A run's ``"macs"`` field holds one of two conventions. The runs of the first two
+    recordings (``"process"`` 0 and 1: the nine settings and the first controls, 60 runs) count
+    a ViT without the attention products QK^T and AV, which the fused attention hides from
+    PyTorch's counter on a CPU; the later runs (process 2 on, 40 runs) count them, as their
+    provenance entry's ``"macs"`` says. :func:`macs_per_image` counts every model with them.
+
     Example:
         >>> results = load_results()  # doctest: +SKIP
         >>> sorted(results["runs"]) == sorted(SETTINGS)  # doctest: +SKIP
