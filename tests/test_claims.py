@@ -90,6 +90,8 @@ SETTINGS = {
     "training": ("ViT", "CNN", "shifts", "logistic", "share"),
     "inside_vit": ("sine-cosine", "learned", "mean pooling", "class token", "positions"),
     "photos": ("ResNet", "ViT", "vit-", "resnet18", "RandAugment", "row", "recipe", "ladder"),
+    "photo_ladder": ("ResNet", "ViT", "vit-", "resnet18", "RandAugment", "row", "recipe",
+                     "ladder"),
 }  # fmt: skip
 CHAPTERS = tuple(SETTINGS)
 

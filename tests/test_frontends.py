@@ -17,10 +17,11 @@ own way, with jQuery in the classic Notebook): its script must start it, and its
 the arrow keys without moving the notebook's cell selection. Its last cell shows the digit
 playground (``vitbook.widgets.digit_playground``), another HTML output with an inline script: it
 must start once, register itself in ``window.vitbook.playgrounds``, compute what PyTorch computes
-for a test digit and take a mouse stroke. After it, the photo playground (``vitbook.widgets.photo_playground``)
-must start once, register itself in ``window.vitbook.photoPlaygrounds``, compute what PyTorch
-computes for a shipped test photo and show another photo from its menu. The kernel imports the ``vitbook`` of this repository
-(the server puts it first on ``PYTHONPATH``), whatever copy the environment has installed.
+for a test digit and take a mouse stroke. After it, the photo playground
+(``vitbook.widgets.photo_playground``) must start once, register itself in
+``window.vitbook.photoPlaygrounds``, compute what PyTorch computes for a shipped test photo and
+show another photo from its menu. The kernel imports the ``vitbook`` of this repository (the
+server puts it first on ``PYTHONPATH``), whatever copy the environment has installed.
 Requests that leave the machine are refused.
 """
 

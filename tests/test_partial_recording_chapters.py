@@ -1,7 +1,7 @@
 """The chapters that show the next CIFAR-10 recording, fed a partial results file at every named
 stage of its plan: their own cells and checks, in a kernel, from nothing recorded to all of it.
 
-*Real photos* (the next ladder's table) and *Can a ViT beat the CNN that taught it?*
+*The photo recipe ladder* (the next ladder's table) and *Can a ViT beat the CNN that taught it?*
 (its CIFAR-10 rows and the paired answers) read ``vitbook.studies.ladder.NEXT_RESULTS_PATH``. A
 recording made in GPU sessions ships while incomplete, so each chapter's cells and asserts must
 hold at every stage; a cell before each stage points the module's path at a file holding the
@@ -23,7 +23,8 @@ from vitbook.studies.ladder import FIRST_ROWS, recording_order
 pytestmark = pytest.mark.book
 
 CHAPTERS = {  # page: (the set-up cells, the cells that show the recording and check it)
-    "book/photos": (("photos-02", "photos-status"), ("photos-plan", "photos-plan-check")),
+    "book/photo_ladder": (("photo-ladder-02", "photo-ladder-status"),
+                          ("photos-plan", "photos-plan-check")),
     "book/data_efficient": (("data-efficient-02",), ("data-efficient-42a", "data-efficient-42b")),
 }
 

@@ -158,12 +158,13 @@ in row-major grid order):
     return {out: out, weights: weights};
   }
 
-  // The forward pass of VisionTransformer.forward_with_attention for one image: input holds
-  // C * H * W numbers in (C, H, W) order, as the model receives them; the weights W carry
-  // timm's names.
+  // The forward pass of VisionTransformer.forward_with_attention for one image:
+  // input holds C * H * W numbers in (C, H, W) order, as the model receives
+  // them; the weights W carry timm's names.
   function forward(model, input) {
     var c = model.config, W = model.tensors, D = c.embed_dim, C = c.in_chans;
-    var P = c.patch_size, height = c.img_size[0], side = c.img_size[1], eps = c.norm_eps;
+    var P = c.patch_size, height = c.img_size[0], side = c.img_size[1];
+    var eps = c.norm_eps;
     var gh = height / P, gw = side / P, patchDim = C * P * P;
     var prefix = c.class_token ? 1 : 0, n = prefix + gh * gw, i, j;
     // Patch embedding: the P x P conv of stride P is a matmul per patch,
@@ -174,7 +175,8 @@ in row-major grid order):
         for (i = 0; i < P; i++) {
           for (j = 0; j < P; j++) {
             var row = Math.floor(k / gw) * P + i, col = (k % gw) * P + j;
-            patches[k * patchDim + (ch * P + i) * P + j] = input[(ch * height + row) * side + col];
+            patches[k * patchDim + (ch * P + i) * P + j] =
+              input[(ch * height + row) * side + col];
           }
         }
       }

@@ -273,7 +273,7 @@ def plot_photo_mistakes(
         >>> fig = plot_photo_mistakes(torch.rand(3, 3, 8, 8), torch.tensor([0, 1, 1]),
         ...                           torch.tensor([1, 1, 0]), ["cat", "dog"], count=2)
         >>> [ax.get_title() for ax in fig.axes[:2]]
-        ['cat\nread as dog', 'dog\nread as cat']
+        ['cat\\nread as dog', 'dog\\nread as cat']
 
     See chapter: Real photos.
     """
