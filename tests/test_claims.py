@@ -90,6 +90,7 @@ SETTINGS = {
     "training": ("ViT", "CNN", "shifts", "logistic", "share"),
     "inside_vit": ("sine-cosine", "learned", "mean pooling", "class token", "positions"),
     "photos": ("ResNet", "ViT", "vit-", "resnet18", "RandAugment", "row", "recipe", "ladder"),
+    "whole_vit": ("batch", "batches", "steps", "epochs"),
     "photo_ladder": ("ResNet", "ViT", "vit-", "resnet18", "RandAugment", "row", "recipe",
                      "ladder"),
 }  # fmt: skip

@@ -66,7 +66,7 @@ def test_the_chapter_shows_every_stage_of_a_partial_recording(page, tmp_path, mo
             output.get("text", "") + output.get("data", {}).get("text/plain", "")
             for cell in notebook.cells[first:last] for output in cell.get("outputs", [])
         )  # fmt: skip
-        if page == "book/photos":
+        if page == "book/photo_ladder":
             runs = len(order)
             head = (f"Nothing of the plan's {runs} runs is recorded yet." if count == 0
                     else f"Recorded: all {runs} runs of the plan." if count == len(order)

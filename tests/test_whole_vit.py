@@ -105,4 +105,5 @@ def test_the_shown_code_runs_on_its_own(tmp_path, monkeypatch):
         output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", [])
     )
     assert "epoch 15:" in printed, "the shown training loop ran all its epochs"
+    assert "epoch  1: training loss " in printed, "it prints the mean training loss"
     assert "18,218 parameters" in printed

@@ -158,12 +158,14 @@ in row-major grid order):
     return {out: out, weights: weights};
   }
 
-  // The forward pass of VisionTransformer.forward_with_attention for one image:
-  // input holds C * H * W numbers in (C, H, W) order, as the model receives
-  // them; the weights W carry timm's names.
+  // The forward pass of VisionTransformer.forward_with_attention for one
+  // image: input holds C * H * W numbers in (C, H, W) order, as the
+  // model receives them; the weights W carry timm's names.
   function forward(model, input) {
-    var c = model.config, W = model.tensors, D = c.embed_dim, C = c.in_chans;
-    var P = c.patch_size, height = c.img_size[0], side = c.img_size[1];
+    var c = model.config, W = model.tensors;
+    var D = c.embed_dim, C = c.in_chans;
+    var P = c.patch_size, height = c.img_size[0];
+    var side = c.img_size[1];
     var eps = c.norm_eps;
     var gh = height / P, gw = side / P, patchDim = C * P * P;
     var prefix = c.class_token ? 1 : 0, n = prefix + gh * gw, i, j;
@@ -213,7 +215,8 @@ in row-major grid order):
       for (i = 0; i < n * D; i++) x[i] += out[i];
     }
     x = layerNorm(x, n, W["norm.weight"], W["norm.bias"], eps);
-    // Pool: the class token's state, or the mean of the patch tokens (D,)
+    // Pool: the class token's state, or the mean of the patch tokens
+    // (D,)
     var pooled = new Float64Array(D);
     if (c.pool === "cls") {
       pooled.set(x.subarray(0, D));
