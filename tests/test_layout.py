@@ -196,7 +196,7 @@ def test_the_package_docstring_is_the_tree():
         assert f"{module}.py" in vitbook.__doc__, module
 
 
-# --- the README's map: each chapter and the code it explains ------------------------------------
+# --- CONTRIBUTING.md's map: each chapter and the code it explains -----------------------------
 
 ROW = re.compile(r"^\| \[(?P<title>[^\]]+)\]\(https://[^)]*/book/(?P<page>\w+)\.html\) \| "
                  r"(?P<modules>.*) \|$", re.M)  # fmt: skip
@@ -233,14 +233,14 @@ def defining_modules(notebook: Path) -> set[str]:
     return found | {".".join(m.split(".")[:k]) for m in found for k in range(2, m.count(".") + 1)}
 
 
-def test_the_readmes_chapter_map_is_true():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    rows = {m["page"]: m for m in ROW.finditer(readme)}
+def test_the_chapter_map_is_true():
+    guide = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    rows = {m["page"]: m for m in ROW.finditer(guide)}
     chapters = [entry for entry in read_toc_chapters() if entry != "book/bibliography"]
     documented = {f"book/{page}" for page in rows}
     reference = {"book/notation"}  # the symbols and the glossary: no module of its own
     assert {c for c in chapters if (ROOT / f"{c}.ipynb").exists()} - reference <= documented, (
-        "a chapter is missing from the README's map")  # fmt: skip
+        "a chapter is missing from CONTRIBUTING.md's map")  # fmt: skip
     for page, row in rows.items():
         notebook = ROOT / "book" / f"{page}.ipynb"
         assert row["title"] == title(notebook), (page, row["title"], title(notebook))
