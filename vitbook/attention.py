@@ -38,11 +38,9 @@ def scaled_dot_product_attention(
         ``(out, weights)``: (..., N, Dv) and (..., N, M); each row of ``weights`` sums to 1.
 
     Raises:
-        TypeError: q, k, v that are not floating-point tensors of one dtype; a mask that is
-            neither bool nor of q's dtype (an integer 0/1 mask: convert with ``mask.bool()``).
-        ValueError: q and k have different feature sizes, k and v different token counts, batch
-            dimensions that do not broadcast, tensors on different devices, or a mask that does not
-            broadcast to (..., N, M). Values are not checked.
+        TypeError: q, k, v not floating point of one dtype; a mask neither bool nor of q's
+            dtype (an integer 0/1 mask: convert with ``mask.bool()``).
+        ValueError: shapes or devices that do not fit together. Values are not checked.
 
     Example:
         >>> q, k, v = torch.randn(2, 4, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 3)

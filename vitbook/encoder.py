@@ -113,9 +113,8 @@ class EncoderBlock(nn.Module):
         mask: optional, passed to the attention (a relative position bias, for example).
 
     Raises:
-        TypeError / ValueError: a size, ratio, epsilon or flag of the wrong type or range (see
-            :class:`vitbook.MultiHeadSelfAttention`); tokens that are not a (B, N, D) float
-            tensor of the weights' dtype and device.
+        TypeError / ValueError: an argument of the wrong type or range; tokens that are not a
+            (B, N, D) float tensor of the weights' dtype and device.
 
     Example:
         >>> block = EncoderBlock(embed_dim=12, num_heads=3)

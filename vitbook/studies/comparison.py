@@ -28,7 +28,7 @@ __all__ = [
 
 # Student's t, the 97.5% point, for 1 to 30 degrees of freedom (two-sided 95%), to 5 decimals
 # (scipy.stats.t.ppf(0.975, df) rounded; the published tables agree to their 3 or 4 decimals).
-# Three decimals were too few: a bound that sits on a rounding boundary printed one digit off.
+# Five, not three: with three, a bound on a rounding boundary prints one digit off.
 _T975 = (
     12.70620, 4.30265, 3.18245, 2.77645, 2.57058, 2.44691, 2.36462, 2.30600, 2.26216, 2.22814,
     2.20099, 2.17881, 2.16037, 2.14479, 2.13145, 2.11991, 2.10982, 2.10092, 2.09302, 2.08596,

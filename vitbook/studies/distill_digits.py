@@ -1,19 +1,9 @@
 """A miniature of DeiT on the digits: can a small ViT beat the CNN that taught it?
 
-Every model trains on the same ``FRACTION`` of the training digits of
-:func:`vitbook.data.load_digits_split` (``validation=True``), a stratified, nested subset
-(:func:`vitbook.studies.experiments.training_subset`), with the recipe ``experiments.RECIPE``
-and one-pixel shifts. ``SETTINGS`` names each trained model: the CNN teachers
-(:class:`vitbook.baselines.DigitsCNN`; plain, mixed, weak), the scratch ViT (``STUDENT``, also
-the ViT teacher), the distilled students (:class:`vitbook.train.distill.DistillationLoss`, hard or
-soft, ``DISTILLATION``), and the controls. A seed sets the initial weights and the batches'
-order and shifts; the students of seed s learn from the teachers of seed s.
-
-Measured per run (:func:`run_one`): validation and test accuracy, the head and teacher
-agreements and token cosines of a distilled student, every ViT's mean attention distance per
-head (:func:`vitbook.analysis.mean_attention_distance`), parameters and multiply-accumulates
-(:func:`macs_per_image`). Runs train on one CPU thread with deterministic algorithms, so a
-rerun on the same machine and software gives the same numbers (:func:`reproduce`).
+Every model of ``SETTINGS`` (CNN teachers, the scratch ViT ``STUDENT``, distilled students and
+controls) trains on ``FRACTION`` of the training digits with ``experiments.RECIPE``; the
+students of seed s learn from the teachers of seed s. :func:`run_one` trains and measures one
+run, on one CPU thread with deterministic algorithms (:func:`reproduce` repeats it).
 ``scripts/run_distillation.py`` writes ``vitbook/assets/distillation.json`` and the seed-0 CNN
 teacher (:func:`load_teacher`).
 

@@ -1,18 +1,9 @@
 """A miniature of the ViT paper's transfer protocol, on the digits: pre-train, then fine-tune.
 
-Pre-training uses the training digits 0 to 4 of :func:`vitbook.data.load_digits_split`; the new
-task tells 5 to 9 apart (relabelled 0 to 4) with 1, 5, 20 or all labelled examples per class.
-The settings: ``"scratch"``, ``"linear probe"``
-(:func:`vitbook.pretrained.transfer.freeze_body`), ``"fine-tune"``
-(:data:`vitbook.pretrained.transfer.FINETUNE_RECIPE`), ``"fine-tune 12 px"`` (a 6 x 6 grid,
-:func:`vitbook.pretrained.transfer.change_resolution`) and its ``"new positions"`` control,
-and two runs of ``LONG_STEPS`` steps.
-
-The validation digits (``VAL_PER_CLASS`` per class) choose each method's learning rate from
-``LR_GRID`` per number of labels; the 224 test digits are read once, for the chosen runs. A
-seed sets the pre-training, the labelled examples, the new model's initialisation and the order
-of the images. Runs train on one CPU thread with deterministic algorithms, so a rerun on the
-same machine and software gives the same numbers. ``scripts/run_transfer.py`` writes
+Pre-train on the digits 0 to 4, then tell 5 to 9 apart with 1, 5, 20 or all labels per class, by
+each setting of ``SETTINGS`` (scratch, linear probe, fine-tuning, at 12 px). Validation digits
+choose each learning rate from ``LR_GRID``; the test digits are read once, for the chosen runs.
+Runs train on one CPU thread with deterministic algorithms. ``scripts/run_transfer.py`` writes
 ``vitbook/assets/transfer.json`` and the seed-0 pre-trained model.
 
 See chapter: Fine-tuning a pretrained ViT.

@@ -1,18 +1,14 @@
 """Show the CIFAR-10 ViT a photo: the shipped model runs in the page, on a test photo or yours.
 
-:func:`photo_playground` shows a menu of test photos and a file input, the 32 x 32 photo the model
-sees, the attention rollout from the class token over its 8 x 8 patches, and the ten classes'
-probabilities; it updates without a kernel. The page runs ``vitbook/assets/vit.js`` (as
-:mod:`vitbook.widgets.playground`) on the int8 weights and row scales of the model's file, as
-:func:`vitbook.pretrained.checkpoints.dequantize_int8` computes them. A photo of your own is cut
-to its central square and area-averaged to 32 x 32 in the page's script.
+:func:`photo_playground` shows a menu of test photos and a file input, the 32 x 32 photo, the
+class token's attention rollout over the 8 x 8 patches and the ten probabilities, computed
+without a kernel by ``vitbook/assets/vit.js`` on the model file's int8 weights and row scales.
 
 The page's interface: ``window.vitbook.photoPlaygrounds``, one entry per playground in document
 order, with ``predict(pixels)`` (3,072 values 0 .. 255, row-major (height, width, channel))
 returning ``{logits, probabilities, attention, rollout}`` (classes in the order of
-:data:`vitbook.data.cifar.CIFAR10_CLASSES`; N x N row-major arrays, N = 65, token 0 the class
-token; rollout as :func:`vitbook.analysis.attention_rollout`), ``load(pixels)`` and
-``current()``.
+:data:`vitbook.data.cifar.CIFAR10_CLASSES`; N x N row-major, N = 65, token 0 the class token),
+``load(pixels)`` and ``current()``.
 
 See chapter: Real photos.
 """
@@ -88,12 +84,9 @@ def photo_playground(
             two test photos of each class.
 
     Raises:
-        TypeError: a model that is not such an ``nn.Sequential``, or weights that are not
-            float32; examples that are not a pair of tensors.
-        ValueError: a model of other sizes, without a class token, with more than
-            ``MAX_PARAMETERS`` parameters, with NaN or inf in its weights, or whose weight
-            matrices are not exactly int8 values times a scale per row; examples of other
-            shapes, outside [0, 1], or with labels outside 0 .. 9.
+        TypeError: not such a model, weights not float32, examples not a pair of tensors.
+        ValueError: a model of other sizes, without a class token, over ``MAX_PARAMETERS``,
+            non-finite or not int8 times row scales; examples of other shapes or values.
 
     Example:
         >>> page = photo_playground().to_html()

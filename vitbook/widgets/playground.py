@@ -1,20 +1,15 @@
 """Draw a digit: the trained digits ViT runs in the page, and its attention follows the pen.
 
-:func:`digit_playground` shows a drawing grid for an 8 x 8 digit, the class probabilities, and
-the attention of one layer and head (or the heads' mean) and the rollout from one query; they
-update as the reader draws, without a kernel, in the HTML book and in notebook front ends.
-:func:`export_weights` puts the weights into the page, and ``vitbook/assets/vit.js`` (shared with
-:mod:`vitbook.widgets.photo_playground`) is a float64 JavaScript forward pass that mirrors
-:class:`vitbook.VisionTransformer` line by line; the browser tests check it against PyTorch.
+:func:`digit_playground` shows a drawing grid, the class probabilities, one head's (or the
+heads' mean) attention and the rollout from one query, updated without a kernel by
+``vitbook/assets/vit.js``, a float64 JavaScript forward pass that mirrors
+:class:`vitbook.VisionTransformer` on the weights of :func:`export_weights`.
 
 The page's interface: ``window.vitbook.playgrounds``, one entry per playground in document
 order, with ``predict(ink)`` (64 row-major ink values 0 .. 16, pixel = ink / 16) returning
-``{logits, probabilities, attention, rollout}`` (``attention[layer][head]`` and ``rollout`` are
-N x N row-major, token 0 the class token, rows the queries; rollout as
-:func:`vitbook.analysis.attention_rollout` with ``"mean"`` fusion), ``pixels()`` and
-``load(ink)``. The pen draws on a 32 x 32 bitmap counted in 4 x 4 blocks, as the digits were
-made, with a radius that keeps the drawing's ink near the data's median ``PEN["ink"]``. Layers,
-heads and tokens count from 0.
+``{logits, probabilities, attention, rollout}`` (``attention[layer][head]`` and ``rollout``:
+N x N row-major, token 0 the class token, rows the queries), ``pixels()`` and ``load(ink)``.
+The pen draws on a 32 x 32 bitmap counted in 4 x 4 blocks, as the digits were made (``PEN``).
 
 See chapter: Inside a trained ViT.
 """
