@@ -1,19 +1,11 @@
 """Scaled dot-product attention, one head and many.
 
-``Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh)) V``: every query token i takes a weighted average
-of the value vectors, with weights from how well its query matches each key j.
-
-Two implementations sit side by side. :func:`scaled_dot_product_attention` is written out step by
-step and returns the weights; ``impl="sdpa"`` calls PyTorch's fused
-``torch.nn.functional.scaled_dot_product_attention``, which is faster and returns only the
-output: its flash and memory-efficient backends never materialise the weights, its math backend
-(the fallback for inputs the others do not take) computes them and keeps them to itself. Modules
-choose with an explicit ``impl`` argument (shown in their ``repr``), and ``forward_with_weights``
-always takes the explicit path, so weights never need hooks or flags.
-
-Masks follow PyTorch's convention: a boolean mask is True where attention is allowed; a float
-mask is added to the logits (a relative position bias is such a mask). An integer mask is refused:
-a 0/1 mask added to the logits would not mask anything.
+``Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh)) V``. :func:`scaled_dot_product_attention` is
+written out and returns the weights; ``impl="sdpa"`` calls PyTorch's fused
+``torch.nn.functional.scaled_dot_product_attention``, which returns only the output. Modules
+choose with an explicit ``impl`` (shown in their ``repr``); ``forward_with_weights`` always takes
+the explicit path. Masks follow PyTorch: bool is True where attention is allowed, float is added
+to the logits; an integer mask is refused.
 
 See chapters: Attention (one head, masks) and Multi-head attention.
 """
@@ -38,23 +30,17 @@ def scaled_dot_product_attention(
     """Attention written out: logits, mask, softmax over keys, weighted sum of values.
 
     Args:
-        q: (..., N, Dh) queries.
-        k: (..., M, Dh) keys.
-        v: (..., M, Dv) values.
-        mask: optional, broadcastable to (..., N, M); bool (True = may attend) or float of the
-            dtype of q (added to the logits: 0 to keep, -inf to mask, or a bias). A query whose
-            keys are all masked gets NaN weights.
+        q, k, v: (..., N, Dh) queries, (..., M, Dh) keys, (..., M, Dv) values.
+        mask: broadcastable to (..., N, M); bool (True = may attend) or float of q's dtype
+            (added to the logits). A query whose keys are all masked gets NaN weights.
 
     Returns:
         ``(out, weights)``: (..., N, Dv) and (..., N, M); each row of ``weights`` sums to 1.
 
     Raises:
-        TypeError: q, k, v that are not floating-point tensors of one dtype; a mask that is
-            neither bool nor of q's dtype (an integer 0/1 mask: convert with ``mask.bool()``).
-        ValueError: q and k have different feature sizes, k and v different token counts, batch
-            dimensions that do not broadcast, tensors on different devices, or a mask that does not
-            broadcast to (..., N, M). Values are not checked here (a check would make a GPU wait
-            on every call): NaN or +inf in a float mask makes the weights NaN.
+        TypeError: q, k, v not floating point of one dtype; a mask neither bool nor of q's
+            dtype (an integer 0/1 mask: convert with ``mask.bool()``).
+        ValueError: shapes or devices that do not fit together. Values are not checked.
 
     Example:
         >>> q, k, v = torch.randn(2, 4, 8), torch.randn(2, 6, 8), torch.randn(2, 6, 3)
@@ -82,13 +68,8 @@ def scaled_dot_product_attention(
 class SingleHeadAttention(nn.Module):
     """One head of self-attention: project tokens to queries, keys and values, then attend.
 
-    Args:
-        embed_dim: D, the width of the input tokens.
-        head_dim: Dh, the width of q, k, v and of the output (defaults to D).
-        bias: whether the three projections have biases.
-
-    Shapes:
-        forward: (B, N, D) -> (B, N, Dh); forward_with_weights also returns (B, N, N).
+    ``head_dim`` Dh defaults to D. Shapes: (B, N, D) -> (B, N, Dh); ``forward_with_weights``
+    also returns (B, N, N).
 
     Example:
         >>> head = SingleHeadAttention(embed_dim=8, head_dim=4)
@@ -122,19 +103,9 @@ class SingleHeadAttention(nn.Module):
 class MultiHeadSelfAttention(nn.Module):
     """Multi-head self-attention as in ViT and timm's ``Attention``.
 
-    One Linear ``qkv`` (D -> 3D, output ordered q, k, v, each split into Nh heads of Dh = D / Nh)
-    computes all heads at once; each head attends in its own Dh-dimensional subspace; the heads
-    are concatenated back to D and mixed by ``proj`` (D -> D). The weight layout matches
-    ``torch.nn.MultiheadAttention`` (``in_proj_weight`` = ``qkv.weight``, ``out_proj`` = ``proj``).
-
-    Args:
-        embed_dim: D.
-        num_heads: Nh, must divide D.
-        qkv_bias: whether ``qkv`` has a bias (True in ViT).
-        impl: ``"explicit"`` (:func:`scaled_dot_product_attention`) or ``"sdpa"`` (PyTorch's fused
-            kernel) for ``forward``; ``forward_with_weights`` is always explicit.
-        attn_drop: dropout on the attention weights (training only).
-        proj_drop: dropout after ``proj`` (training only).
+    One Linear ``qkv`` (D -> 3D, ordered q, k, v, each Nh heads of Dh = D / Nh), then ``proj``
+    (D -> D); the layout of ``torch.nn.MultiheadAttention`` (``in_proj_weight``, ``out_proj``).
+    ``impl``: ``"explicit"`` or ``"sdpa"`` for ``forward``. Dropouts act in training only.
 
     Shapes:
         forward: (B, N, D) -> (B, N, D); forward_with_weights also returns (B, Nh, N, N).

@@ -1,20 +1,15 @@
 """Axial attention: attend along the rows of the patch grid, then along its columns.
 
-Full self-attention over Gh * Gw patches costs O((Gh Gw)^2) per layer. Axial attention (Ho et al.
-2019; Wang et al. 2020) lets each patch attend only to the patches in its own row (Gw of them), or
-only to those in its own column (Gh): O(Gh Gw (Gh + Gw)). A row layer followed by a column layer
-connects every pair of patches in two hops.
-
-The implementation folds the other axis into the batch with einops, so that an ordinary
-:class:`~vitbook.attention.MultiHeadSelfAttention` runs on many short sequences at once::
+Each patch attends only to its row (Gw patches) or its column (Gh): O(Gh Gw (Gh + Gw)) per layer
+instead of O((Gh Gw)^2); a row layer then a column layer connect every pair in two hops. The other
+axis is folded into the batch, so an ordinary :class:`~vitbook.attention.MultiHeadSelfAttention`
+runs on many short sequences::
 
     rows:    (B, Gh*Gw, D) -> (B*Gh, Gw, D)   each row is one sequence
     columns: (B, Gh*Gw, D) -> (B*Gw, Gh, D)   each column is one sequence
 
-**The class token.** A class token has no row and no column, so axial layers take patch tokens
-only (N = Gh * Gw) and raise an error if given a prefix token. A ViT built from axial blocks drops
-the class token and classifies the mean of the patch tokens (``pool="mean"``), as the axial
-variants in the ViT paper's appendix do with global average pooling.
+Axial layers take patch tokens only (a class token has no row or column) and refuse a prefix
+token; an axial ViT classifies the mean of the patch tokens (``pool="mean"``).
 
 See chapter: The cost of attention and axial attention.
 """
@@ -40,8 +35,7 @@ AXES = ("rows", "cols")
 def axial_attention_mask(grid_size: int | tuple[int, int], axis: str) -> torch.Tensor:
     """The (N, N) boolean mask, N = Gh * Gw, that allows attention within a row or a column.
 
-    ``mask[i, j]`` is True when patches i and j (row-major order) share a row (``axis="rows"``) or a
-    column (``axis="cols"``). Full attention under this mask equals :class:`AxialAttention`.
+    Full attention under this mask equals :class:`AxialAttention`.
 
     Example:
         >>> axial_attention_mask((2, 3), "rows").int()
@@ -64,16 +58,9 @@ def axial_attention_mask(grid_size: int | tuple[int, int], axis: str) -> torch.T
 class AxialAttention(nn.Module):
     """Multi-head self-attention restricted to one axis of the patch grid.
 
-    Args:
-        embed_dim: D.
-        num_heads: Nh.
-        grid_size: (Gh, Gw) of the patch tokens.
-        axis: ``"rows"`` (each patch attends to its row) or ``"cols"`` (to its column).
-        qkv_bias, impl: as for :class:`~vitbook.attention.MultiHeadSelfAttention`.
-
-    Shapes:
-        forward: (B, Gh * Gw, D) -> (B, Gh * Gw, D): patch tokens in row-major order, no
-            class token.
+    ``axis`` is ``"rows"`` or ``"cols"``; ``qkv_bias`` and ``impl`` as for
+    :class:`~vitbook.attention.MultiHeadSelfAttention`. Shapes: (B, Gh * Gw, D) -> (B, Gh * Gw, D),
+    patch tokens in row-major order, no class token.
 
     Example:
         >>> attn = AxialAttention(embed_dim=12, num_heads=3, grid_size=(2, 3), axis="rows")
@@ -136,9 +123,6 @@ class AxialEncoderBlock(nn.Module):
         x = x + RowAttention(LayerNorm(x));     x = x + MLP(LayerNorm(x))
         x = x + ColumnAttention(LayerNorm(x));  x = x + MLP(LayerNorm(x))
 
-    Shapes:
-        forward: (B, Gh * Gw, D) -> (B, Gh * Gw, D), patch tokens only.
-
     Example:
         >>> block = AxialEncoderBlock(embed_dim=12, num_heads=3, grid_size=(2, 3))
         >>> block(torch.randn(2, 6, 12)).shape
@@ -188,13 +172,9 @@ class AxialVisionTransformer(nn.Module):
         z_l = AxialEncoderBlock_l(z_{l-1}),  l = 1 .. L   (B, Gh*Gw, D)
         y   = head(mean_i LayerNorm(z_L)_i)               (B, num_classes)
 
-    It takes the same :class:`~vitbook.vit.ViTConfig` as :class:`~vitbook.vit.VisionTransformer`,
-    with ``class_token=False`` and ``pool="mean"``; ``depth`` counts axial blocks, each of which
-    holds two attention layers and two MLPs, so the model has exactly the parameters of the ViT
-    with ``depth=2 * L`` (``ViTConfig.num_parameters``). Weights are initialised as in the ViT.
-
-    Shapes:
-        forward: (B, C, H, W) -> (B, num_classes) logits.
+    Takes a :class:`~vitbook.vit.ViTConfig` with ``class_token=False`` and ``pool="mean"``; each
+    of the ``depth`` blocks holds two attention layers and two MLPs, so the parameters are those
+    of the ViT with ``depth=2 * L``.
 
     Raises:
         TypeError: ``config`` is not a ViTConfig.

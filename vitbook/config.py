@@ -39,39 +39,27 @@ PRESETS: dict[str, dict[str, int]] = {
 class ViTConfig:
     """Everything that defines a ViT, with timm's field names; validated on creation.
 
-    Fields:
-        img_size: (H, W) or one int for square images; stored as a (H, W) tuple.
-        patch_size: P; H and W must be multiples of it.
-        in_chans: C.
-        num_classes: size of the classification head; 0 means no head (features only).
-        embed_dim: D.
-        depth: L, the number of encoder blocks.
-        num_heads: Nh, must divide D.
+    Fields (sizes in the glossary's symbols):
+        img_size: (H, W) or one int; stored as a (H, W) tuple, multiples of ``patch_size``.
+        num_classes: the head's size; 0 means no head (features only).
+        depth: L, the number of encoder blocks; ``num_heads`` Nh must divide D.
         mlp_ratio: the MLP's hidden width is ``int(D * mlp_ratio)``.
-        qkv_bias: whether ``qkv`` has a bias.
-        class_token: whether a learned class token is prepended.
-        distilled: DeiT's distillation token and second head (``dist_token``, ``head_dist``;
-            needs the class token and ``pool="cls"``). ``forward`` then returns
-            ``(class logits, distillation logits)`` in train mode and their mean in eval mode:
-            the DeiT authors' ``DistilledVisionTransformer``, and timm's
-            ``VisionTransformerDistilled`` after ``set_distilled_training(True)`` (without it,
-            timm averages the two heads in training too, which is no use for distillation).
-        stem: ``"patch"`` (one P x P convolution of stride P, the ViT) or ``"conv"`` (stride-2
-            3 x 3 convolutions, :class:`vitbook.stem.ConvPatchEmbedding`; P a power of 2).
-        stem_depth: with ``stem="conv"``, the number of 3 x 3 convolutions; None for log2(P),
-            more adds stride-1 convolutions in front. Must be None with ``stem="patch"``.
-        pos_embed: ``"learned"`` (ViT), ``"sincos2d"`` (fixed, D a multiple of 4), ``"none"``,
-            or ``"relative"``: nothing added to the tokens, and each block adds a learned bias
-            per head and 2D offset to its attention logits (:class:`RelativePositionBias`, the
-            Swin / BEiT kind, not the content-dependent variant of the ViT paper's Appendix D.4).
+        distilled: DeiT's ``dist_token`` and ``head_dist`` (needs the class token and
+            ``pool="cls"``); ``forward`` returns both heads' logits in train mode, their mean in
+            eval mode.
+        stem: ``"patch"`` (one P x P convolution of stride P) or ``"conv"``
+            (:class:`vitbook.stem.ConvPatchEmbedding`; P a power of 2).
+        stem_depth: with ``stem="conv"``, the 3 x 3 convolutions; None for log2(P).
+        pos_embed: ``"learned"``, ``"sincos2d"`` (D a multiple of 4), ``"none"``, or
+            ``"relative"`` (a learned bias per head and 2D offset in each block's logits,
+            :class:`RelativePositionBias`).
         pool: ``"cls"`` (the class token's final state) or ``"mean"`` (mean of the patch tokens).
         attn_impl: ``"explicit"`` or ``"sdpa"`` for ``forward``.
         norm_eps: LayerNorm epsilon (1e-6 in timm and the original ViT code).
-        drop_rate: dropout on the embeddings, after attention and in the MLPs.
-        attn_drop_rate: dropout on the attention weights.
-        drop_path_rate: stochastic depth of the last block; block i of L drops its residual
-            branches with probability ``drop_path_rate * i / (L - 1)`` (timm's linear rule).
-            Training only; adds no parameters.
+        drop_rate, attn_drop_rate: dropout on embeddings, attention outputs and MLPs; on the
+            attention weights.
+        drop_path_rate: stochastic depth of the last block, block i of L at
+            ``drop_path_rate * i / (L - 1)`` (timm's linear rule).
 
     Raises:
         ValueError / TypeError: for any inconsistent or mistyped field, naming it and the fix.
@@ -165,8 +153,7 @@ class ViTConfig:
     def from_name(cls, name: str, **overrides: object) -> ViTConfig:
         """A preset by name (224 px, 1000 classes), with optional overrides.
 
-        ViT-B/16, ViT-B/32, ViT-L/16 and ViT-H/14 are the ViT paper's Table 1; ViT-Ti/16 and
-        ViT-S/16 are DeiT's smaller sizes (timm's ViT-Tiny and ViT-Small).
+        ViT-B/16 to ViT-H/14 are the ViT paper's Table 1; ViT-Ti/16 and ViT-S/16 are DeiT's.
 
         Example:
             >>> cfg = ViTConfig.from_name("ViT-Ti/16", num_classes=10)
@@ -174,8 +161,7 @@ class ViTConfig:
             (192, 12, 3, 10)
 
         Raises:
-            ValueError: an unknown preset name or field name, or a field value the config
-                refuses.
+            ValueError: an unknown preset or field name, or a value the config refuses.
         """
         if not isinstance(name, str) or name not in PRESETS:
             raise ValueError(f"unknown preset name {name!r}; choose one of {', '.join(PRESETS)}.")

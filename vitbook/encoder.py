@@ -1,17 +1,9 @@
 """The Transformer encoder block: attention and an MLP, each inside a residual branch.
 
-Pre-norm (ViT, ``norm_first=True``)::
+Pre-norm (ViT, ``norm_first=True``) and post-norm (the original Transformer)::
 
-    x = x + Attention(LayerNorm(x))
-    x = x + MLP(LayerNorm(x))
-
-With stochastic depth (``drop_path > 0``, training only) each residual branch is dropped for whole
-samples at random, and kept ones are scaled by 1 / (1 - drop_path).
-
-Post-norm (the original Transformer, ``norm_first=False``)::
-
-    x = LayerNorm(x + Attention(x))
-    x = LayerNorm(x + MLP(x))
+    x = x + Attention(LayerNorm(x))          x = LayerNorm(x + Attention(x))
+    x = x + MLP(LayerNorm(x))                x = LayerNorm(x + MLP(x))
 
 See chapter: The encoder block.
 """
@@ -30,12 +22,8 @@ __all__ = ["MLP", "DropPath", "EncoderBlock"]
 class DropPath(nn.Module):
     """Stochastic depth (Huang et al., 2016): zero a residual branch for random whole samples.
 
-    In training, each sample's branch output is kept with probability 1 - p and then divided by
-    1 - p, so its expected value is unchanged; in eval mode the branch passes unchanged. It has
-    no parameters (timm's name for it, and for the block's ``drop_path1`` / ``drop_path2``).
-
-    Shapes:
-        forward: (B, ...) -> (B, ...).
+    In training each sample is kept with probability 1 - p and divided by 1 - p; eval mode passes
+    it unchanged. Shapes: (B, ...) -> (B, ...).
 
     Example:
         >>> drop = DropPath(0.5).train()
@@ -65,14 +53,8 @@ class DropPath(nn.Module):
 class MLP(nn.Module):
     """The position-wise feed-forward network: Linear, GELU, Linear, applied to every token alone.
 
-    Args:
-        in_features: D.
-        hidden_features: the inner width (4 D in ViT).
-        out_features: defaults to ``in_features``.
-        drop: dropout after the activation and after ``fc2`` (training only).
-
-    Shapes:
-        forward: (B, N, D) -> (B, N, out_features).
+    ``hidden_features`` is 4 D in ViT; ``drop`` acts after the GELU and ``fc2`` in training.
+    Shapes: (B, N, D) -> (B, N, out_features).
 
     Raises:
         TypeError / ValueError: sizes that are not positive ints; tokens that are not floating
@@ -120,26 +102,19 @@ class EncoderBlock(nn.Module):
     """One Transformer encoder layer with the names of timm's ``Block``.
 
     Args:
-        embed_dim: D.
-        num_heads: Nh, must divide D.
         mlp_ratio: the MLP's hidden width is ``int(D * mlp_ratio)``.
-        qkv_bias: whether the attention's ``qkv`` has a bias.
-        norm_first: True for pre-norm (ViT), False for post-norm (original Transformer).
+        norm_first: True for pre-norm (ViT), False for post-norm.
         norm_eps: LayerNorm epsilon (1e-6 in ViT and timm; PyTorch's default is 1e-5).
         attn_impl: ``"explicit"`` or ``"sdpa"``, see :class:`MultiHeadSelfAttention`.
-        drop: dropout after attention and inside the MLP.
-        attn_drop: dropout on the attention weights.
-        drop_path: stochastic depth, the probability of dropping each residual branch for a
-            sample in training (:class:`DropPath`).
+        drop_path: the probability of dropping each residual branch (:class:`DropPath`).
 
     Shapes:
         forward: (B, N, D) -> (B, N, D); forward_with_weights also returns (B, Nh, N, N).
         mask: optional, passed to the attention (a relative position bias, for example).
 
     Raises:
-        TypeError / ValueError: a size, ratio, epsilon or flag of the wrong type or range (see
-            :class:`vitbook.MultiHeadSelfAttention`); tokens that are not a (B, N, D) float
-            tensor of the weights' dtype and device.
+        TypeError / ValueError: an argument of the wrong type or range; tokens that are not a
+            (B, N, D) float tensor of the weights' dtype and device.
 
     Example:
         >>> block = EncoderBlock(embed_dim=12, num_heads=3)

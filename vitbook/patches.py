@@ -1,13 +1,8 @@
 """Images as sequences of patches.
 
-A Vision Transformer reads an image of shape (B, C, H, W) as a sequence of Gh * Gw patches of
-P x P pixels, with Gh = H / P and Gw = W / P. Two conventions hold everywhere in vitbook:
-
-* patches come in **row-major grid order**: patch k sits at grid row ``k // Gw`` and column
-  ``k % Gw``;
-* each patch vector is laid out ``(c ph pw)``: all pixels of channel 0 row by row, then channel 1,
-  and so on. This is the order of ``conv.weight.flatten(1)``, which is why a Conv2d with
-  kernel = stride = P and a Linear layer on flattened patches are the same map.
+An image (B, C, H, W) becomes Gh * Gw patches of P x P pixels (Gh = H / P, Gw = W / P), in
+row-major grid order (patch k at row ``k // Gw``, column ``k % Gw``), each laid out
+``(c ph pw)``, the order of ``conv.weight.flatten(1)``.
 
 See chapter: Images as sequences of patches.
 """
@@ -33,12 +28,8 @@ __all__ = [
 def patchify(images: torch.Tensor, patch_size: int | tuple[int, int]) -> torch.Tensor:
     """Cut images into non-overlapping patches and flatten each one.
 
-    Args:
-        images: float tensor (B, C, H, W); H and W must be multiples of the patch size.
-        patch_size: P, or (ph, pw) for rectangular patches.
-
-    Returns:
-        (B, Gh * Gw, C * ph * pw): patches in row-major grid order, each laid out ``(c ph pw)``.
+    (B, C, H, W) float -> (B, Gh * Gw, C * ph * pw), row-major, each ``(c ph pw)``;
+    ``patch_size`` is P or (ph, pw).
 
     Raises:
         TypeError: ``images`` is not a floating-point tensor.
@@ -63,13 +54,7 @@ def unpatchify(
 ) -> torch.Tensor:
     """Reassemble images from their patches: the inverse of :func:`patchify`.
 
-    Args:
-        patches: (B, Gh * Gw, C * ph * pw) in row-major grid order, each laid out ``(c ph pw)``.
-        patch_size: P, or (ph, pw).
-        grid_size: (Gh, Gw), or G for a square grid.
-
-    Returns:
-        (B, C, Gh * ph, Gw * pw).
+    (B, Gh * Gw, C * ph * pw) -> (B, C, Gh * ph, Gw * pw); ``grid_size`` is (Gh, Gw) or G.
 
     Raises:
         ValueError: the number of patches is not Gh * Gw, or the patch length is not a multiple
@@ -97,26 +82,15 @@ def unpatchify(
 class PatchEmbedding(nn.Module):
     """Patchify and project each patch to D dimensions with one Conv2d (kernel = stride = P).
 
-    This is timm's ``PatchEmbed``: ``proj`` is ``nn.Conv2d(in_chans, embed_dim, P, stride=P)``,
-    whose output (B, D, Gh, Gw) is flattened to tokens in row-major grid order.
-
-    Args:
-        img_size: (H, W) the module is built for, or one int for square images.
-        patch_size: P.
-        in_chans: C.
-        embed_dim: D.
-
-    Shapes:
-        forward: (B, C, H, W) -> (B, Gh * Gw, D).
+    timm's ``PatchEmbed``: ``proj`` is ``nn.Conv2d(in_chans, embed_dim, P, stride=P)``.
+    ``img_size`` is (H, W) or one int. Shapes: (B, C, H, W) -> (B, Gh * Gw, D), row-major.
+    Values are not checked here (``fit``, ``predict`` and ``evaluate`` do, where data enter).
 
     Raises:
         ValueError: an image size that is not a multiple of P, a channel count or image size that
-            differs from the one the module was built for, or images on another device than the
-            weights. Values are not checked here (a check would make a GPU wait on every call);
-            ``fit``, ``predict`` and ``evaluate`` refuse NaN and inf where the data come in.
-        TypeError: images that are not a floating-point tensor of the weights' dtype. Nothing is
-            converted silently: float64 images (NumPy's default) for a float32 model are refused
-            with the fix, ``images.float()``.
+            differs from the one the module was built for, or images on another device.
+        TypeError: images that are not a floating-point tensor of the weights' dtype (the fix,
+            e.g. ``images.float()``, is in the message).
 
     Example:
         >>> embed = PatchEmbedding(img_size=(32, 48), patch_size=16, in_chans=3, embed_dim=8)
@@ -151,12 +125,8 @@ class PatchEmbedding(nn.Module):
 class LinearPatchEmbedding(nn.Module):
     """The same map as :class:`PatchEmbedding`, written as patchify followed by ``nn.Linear``.
 
-    ``proj`` is ``nn.Linear(C * P * P, D)``: the patch embedding matrix E of the ViT paper,
-    applied to patch vectors laid out ``(c ph pw)``. Use :func:`linear_weight_from_conv` to copy
-    weights from a :class:`PatchEmbedding` and get identical outputs.
-
-    Shapes:
-        forward: (B, C, H, W) -> (B, Gh * Gw, D), for any H, W that are multiples of P.
+    ``proj`` is ``nn.Linear(C * P * P, D)``, the ViT paper's E; :func:`linear_weight_from_conv`
+    copies a :class:`PatchEmbedding`'s weights. Shapes: (B, C, H, W) -> (B, Gh * Gw, D).
 
     Raises:
         TypeError / ValueError: as :class:`PatchEmbedding`, for any image size that P tiles.
@@ -188,8 +158,6 @@ class LinearPatchEmbedding(nn.Module):
 
 def linear_weight_from_conv(conv_weight: torch.Tensor) -> torch.Tensor:
     """Map a patch-embedding Conv2d weight (D, C, P, P) to the Linear weight (D, C * P * P).
-
-    The flattening order ``(c ph pw)`` is the patch layout of :func:`patchify`.
 
     Example:
         >>> linear_weight_from_conv(torch.zeros(8, 3, 4, 4)).shape

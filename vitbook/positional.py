@@ -1,10 +1,7 @@
 """Position information for a set of patch tokens.
 
-Attention treats its input as a set: permute the tokens and the outputs permute with them. A ViT
-therefore adds a D-dimensional vector to every token (each patch, and the class token) that says
-where it is. This module has the fixed sine-cosine tables in 1D and 2D, a learned embedding, the
-resampling that moves learned embeddings to another image size, and a relative position bias
-that is added to the attention logits instead of to the tokens.
+Fixed sine-cosine tables in 1D and 2D, a learned embedding, its resampling to another image size,
+and a relative position bias added to the attention logits.
 
 See chapter: Positional encodings.
 """
@@ -43,15 +40,8 @@ def sincos_1d(num_positions: int, dim: int, *, base: float = 10000.0) -> torch.T
 
     ``PE[pos, 2k] = sin(pos / base**(2k / dim))`` and
     ``PE[pos, 2k + 1] = cos(pos / base**(2k / dim))``:
-    channels come in (sin, cos) pairs, one pair per frequency, fastest frequency first.
-
-    Args:
-        num_positions: N, positions 0 .. N - 1.
-        dim: D, must be even.
-        base: the wavelength scale (10000 in the paper).
-
-    Returns:
-        (N, D) float32.
+    channels come in (sin, cos) pairs, fastest frequency first. Returns (N, D) float32 for
+    positions 0 .. N - 1; D must be even.
 
     Raises:
         ValueError: ``dim`` is odd, or a size is not positive.
@@ -80,23 +70,9 @@ def sincos_1d(num_positions: int, dim: int, *, base: float = 10000.0) -> torch.T
 def sincos_2d(grid_size: int | tuple[int, int], dim: int, *, base: float = 10000.0) -> torch.Tensor:
     """The 2D sine-cosine position encoding (as in MAE and "Better plain ViT baselines").
 
-    Half of the channels encode the grid row, the other half the grid column, each half a full
-    1D table (:func:`sincos_1d` with D / 2 channels). Channel order::
-
-        [ sincos_1d(row, D/2) | sincos_1d(column, D/2) ]
-
-    so channels 0 .. D/2 - 1 are (sin, cos) pairs of the row index and D/2 .. D - 1 of the column.
-    Rows of the result follow the row-major patch order of :func:`vitbook.patchify`. Because
-    ``sin a sin b + cos a cos b = cos(a - b)``, the dot product of two encodings depends only on
-    the (row, column) offset between them.
-
-    Args:
-        grid_size: (Gh, Gw), or G for a square grid.
-        dim: D, must be a multiple of 4 (two halves of sine-cosine pairs).
-        base: the wavelength scale.
-
-    Returns:
-        (Gh * Gw, D) float32.
+    Channels ``[ sincos_1d(row, D/2) | sincos_1d(column, D/2) ]``; rows in the row-major patch
+    order of :func:`vitbook.patchify`. Returns (Gh * Gw, D) float32 for ``grid_size`` (Gh, Gw)
+    or G; D must be a multiple of 4.
 
     Raises:
         ValueError: ``dim`` is not a multiple of 4, or a size is not positive.
@@ -127,10 +103,7 @@ def sincos_2d(grid_size: int | tuple[int, int], dim: int, *, base: float = 10000
 class LearnedPositionEmbedding(nn.Module):
     """One learned D-vector per position, added to the tokens (the original ViT's choice).
 
-    Initialised like timm's ``pos_embed``: truncated normal with standard deviation 0.02.
-
-    Shapes:
-        weight: (1, N, D). forward: (B, N, D) -> (B, N, D).
+    ``weight`` (1, N, D), truncated normal with std 0.02. Shapes: (B, N, D) -> (B, N, D).
 
     Example:
         >>> embed = LearnedPositionEmbedding(num_positions=5, dim=8)
@@ -167,19 +140,9 @@ def resample_pos_embed(
 ) -> torch.Tensor:
     """Move learned position embeddings to another patch grid, e.g. to fine-tune at a new size.
 
-    The prefix rows (the class token) are kept as they are; the Gh * Gw patch rows are viewed as a
-    D-channel image of size (Gh, Gw) and interpolated to the new grid, as in the ViT paper's
-    fine-tuning at higher resolution.
-
-    Args:
-        pos_embed: (1, num_prefix_tokens + Gh * Gw, D).
-        new_grid_size: (Gh', Gw') of the target model, or G'.
-        old_grid_size: (Gh, Gw); inferred as square when omitted.
-        num_prefix_tokens: rows at the start that belong to no patch (1 for the class token).
-        mode: ``"bicubic"``, ``"bilinear"`` or ``"nearest"``.
-
-    Returns:
-        (1, num_prefix_tokens + Gh' * Gw', D).
+    ``pos_embed`` (1, num_prefix_tokens + Gh * Gw, D) -> (1, num_prefix_tokens + Gh' * Gw', D):
+    the prefix rows are kept, the patch rows interpolated in 2D (``mode`` ``"bicubic"``,
+    ``"bilinear"`` or ``"nearest"``). ``old_grid_size`` defaults to a square.
 
     Raises:
         ValueError: the row count does not match the grid, or the old grid cannot be inferred.
@@ -234,19 +197,9 @@ def resample_pos_embed(
 class RelativePositionBias(nn.Module):
     """A learned bias for every head and every 2D offset between two patches, added to the logits.
 
-    Instead of telling a token where it is, the bias tells attention how far apart the query and
-    the key are: ``bias[h, i, j] = table[offset(i, j), h]`` where the offset (row_i - row_j,
-    col_i - col_j) takes (2 Gh - 1)(2 Gw - 1) values (Shaw et al. in 1D; Swin and BEiT in 2D).
-    The result is a float mask for :func:`vitbook.attention.scaled_dot_product_attention` and
-    :class:`vitbook.attention.MultiHeadSelfAttention`. Prefix tokens (a class token) get no bias.
-
-    Args:
-        grid_size: (Gh, Gw), or G.
-        num_heads: Nh.
-        num_prefix_tokens: tokens before the patches that receive zero bias.
-
-    Shapes:
-        forward: () -> (Nh, N, N) with N = num_prefix_tokens + Gh * Gw.
+    ``bias[h, i, j] = table[offset(i, j), h]`` over the (2 Gh - 1)(2 Gw - 1) offsets (Swin, BEiT);
+    a float mask for :func:`vitbook.attention.scaled_dot_product_attention`. Prefix tokens get
+    no bias. Shapes: forward () -> (Nh, N, N), N = num_prefix_tokens + Gh * Gw.
 
     Example:
         >>> bias = RelativePositionBias(grid_size=(2, 3), num_heads=4, num_prefix_tokens=1)

@@ -1,25 +1,13 @@
 """A convolutional stem: a few strided 3 x 3 convolutions in place of the patch embedding.
 
-The ViT's patch embedding is one convolution with kernel = stride = P: each token sees its own
-P x P pixels and nothing else. Xiao et al. (2021, "Early convolutions help transformers see
-better") replace it by a small stack of stride-2 3 x 3 convolutions, each followed by a norm and
-a non-linearity, and a final 1 x 1 convolution to the width D. After log2(P) halvings the stem
-ends on the same Gh x Gw grid of D-dimensional tokens, so the rest of the ViT is unchanged, but
-neighbouring tokens now share pixels and every token is a small CNN's output::
+After Xiao et al. (2021): log2(P) stride-2 3 x 3 convolutions, widths doubling up to D (timm's
+``ConvStem``), then a 1 x 1 convolution, ending on the same Gh x Gw grid of tokens::
 
     (B, C, H, W) -> [3x3 conv, stride 2, LayerNorm, GELU] x log2(P) -> 1x1 conv -> (B, Gh*Gw, D)
 
-The widths double at each halving and end at D, as in the paper and in timm's ``ConvStem``
-(for P = 16 and D = 192: 24, 48, 96, 192). ``depth`` above log2(P) puts stride-1 3 x 3
-convolutions in front at the first width: with P = 2 (the digits) Xiao's recipe gives a single
-3 x 3 convolution, and a second one lets the stem see 5 x 5 pixels per token.
-
-Two choices differ from the paper, which uses BatchNorm and ReLU: the norm is a LayerNorm over
-the channels at each pixel and the non-linearity GELU, the transformer's own. A LayerNorm keeps
-no running statistics, so the stem computes the same thing in train and eval mode, for a batch of
-one as for a batch of 1,024, and the state dict holds only parameters. The paper also removes
-one transformer block so that the stem's extra computation is paid for; :func:`embedding_cost`
-measures parameters and multiply-accumulates (MACs) so that a caller can decide.
+A ``depth`` above log2(P) adds stride-1 convolutions in front. The norm is a LayerNorm over the
+channels (no running statistics, the same in train and eval mode) and the non-linearity GELU,
+where the paper uses BatchNorm and ReLU. :func:`embedding_cost` counts parameters and MACs.
 
 See chapter: Can a ViT beat the CNN that taught it?
 """
@@ -42,9 +30,6 @@ def conv_stem_layers(
     patch_size: int, embed_dim: int, depth: int | None = None
 ) -> list[tuple[int, int]]:
     """The stem's 3 x 3 convolutions as ``(out_channels, stride)``, first to last.
-
-    log2(P) convolutions of stride 2 whose widths double up to D (``D // 2**(k-1-i)`` for the
-    i-th of k), preceded by ``depth - log2(P)`` stride-1 convolutions at the first width.
 
     Raises:
         ValueError: P not a power of 2 (at least 2), ``depth`` below log2(P), or D too narrow
@@ -108,20 +93,9 @@ class _ConvNormAct(nn.Module):
 class ConvPatchEmbedding(nn.Module):
     """A convolutional stem with the interface of :class:`vitbook.PatchEmbedding`.
 
-    Args:
-        img_size: (H, W) the module is built for, or one int for square images.
-        patch_size: P, a power of 2; the stem halves the image log2(P) times.
-        in_chans: C.
-        embed_dim: D.
-        depth: number of 3 x 3 convolutions; None for log2(P) (Xiao et al.), more adds stride-1
-            convolutions in front (see :func:`conv_stem_layers`).
-        norm_eps: the LayerNorms' epsilon.
-
-    Names: ``stem.{i}.conv`` / ``stem.{i}.norm`` for the 3 x 3 layers, ``proj`` for the final
-    1 x 1 convolution (with bias), which plays the role of the patch embedding's ``proj``.
-
-    Shapes:
-        forward: (B, C, H, W) -> (B, Gh * Gw, D), tokens in row-major grid order.
+    ``patch_size`` P is a power of 2; ``depth`` as :func:`conv_stem_layers`. Names:
+    ``stem.{i}.conv`` / ``stem.{i}.norm``, and ``proj`` for the final 1 x 1 convolution.
+    Shapes: (B, C, H, W) -> (B, Gh * Gw, D), row-major.
 
     Raises:
         ValueError / TypeError: as :class:`vitbook.PatchEmbedding` (sizes, channels, dtype,
@@ -175,16 +149,7 @@ class ConvPatchEmbedding(nn.Module):
 def embedding_cost(module: nn.Module, img_size: int | tuple[int, int]) -> dict[str, int]:
     """Parameters and multiply-accumulates of one image through a patch embedding or stem.
 
-    MACs are counted by ``torch.utils.flop_counter.FlopCounterMode`` (which counts a
-    multiply-add as two floating-point operations) for one image, and halved.
-
-    Args:
-        module: a :class:`vitbook.PatchEmbedding` or :class:`ConvPatchEmbedding` (for a model,
-            ``model.patch_embed``).
-        img_size: (H, W) of the image, or one int.
-
-    Returns:
-        ``{"parameters": ..., "macs": ...}``.
+    MACs are ``FlopCounterMode``'s count halved; ``module`` is e.g. ``model.patch_embed``.
 
     Example:
         >>> embed = PatchEmbedding(img_size=8, patch_size=2, in_chans=1, embed_dim=32)

@@ -6,23 +6,12 @@
     z_l = EncoderBlock_l(z_{l-1}),   l = 1 .. L           (B, N, D)
     y   = head(LayerNorm(z_L)[:, 0])                      (B, num_classes)
 
-Parameter and module names are those of timm's ``VisionTransformer`` (``patch_embed.proj``,
-``cls_token``, ``pos_embed``, ``blocks.{i}.norm1`` / ``attn.qkv`` / ``attn.proj`` / ``norm2`` /
-``mlp.fc1`` / ``mlp.fc2``, ``norm``, ``head``), so state dicts move between the two.
-
-Two options come from the work that made ViTs train on less data (chapter *Can a ViT beat the
-CNN that taught it?*):
-
-- ``distilled=True`` is DeiT's distilled ViT (Touvron et al., 2021), with the names of timm's
-  ``VisionTransformerDistilled``: a second learned token ``dist_token`` after the class token
-  (tokens: class, distillation, patches; ``pos_embed`` covers both), and a second head
-  ``head_dist`` on its final state. In training the model returns both heads' logits as a tuple
-  ``(class, distillation)``, for a loss that gives each its own target
-  (:class:`vitbook.train.distill.DistillationLoss`); in eval mode it returns their mean.
-- ``stem="conv"`` replaces the patch embedding by a few strided 3 x 3 convolutions ending on the
-  same grid of tokens (:class:`vitbook.stem.ConvPatchEmbedding`, after Xiao et al., 2021).
-
-A model that uses neither has exactly the parameters and state-dict keys it had before them.
+Names are timm's (``patch_embed.proj``, ``cls_token``, ``pos_embed``, ``blocks.{i}.norm1`` /
+``attn.qkv`` / ``attn.proj`` / ``norm2`` / ``mlp.fc1`` / ``mlp.fc2``, ``norm``, ``head``), so
+state dicts move between the two. ``distilled=True`` is DeiT's distilled ViT (a ``dist_token``
+after the class token and a ``head_dist``, as timm's ``VisionTransformerDistilled``);
+``stem="conv"`` uses :class:`vitbook.stem.ConvPatchEmbedding`. Why: the chapter *Can a ViT beat
+the CNN that taught it?*
 
 See chapter: The full model.
 """
@@ -48,15 +37,10 @@ __all__ = ["PRESETS", "ViTConfig", "VisionTransformer", "check_fields"]  # confi
 class VisionTransformer(nn.Module):
     """The ViT of Dosovitskiy et al. (2021), state-dict compatible with timm.
 
-    Weights are initialised as timm does by default: every Linear weight from a truncated normal
-    with std 0.02 and zero bias, ``pos_embed`` truncated normal 0.02, ``cls_token`` normal 1e-6,
-    LayerNorms at (1, 0), and the patch-embedding Conv2d at PyTorch's default. The 2D sine-cosine
-    table (``pos_embed="sincos2d"``) is a non-persistent buffer with a zero row for the class
-    token. With ``pos_embed="relative"``, ``rel_pos_bias.{i}`` holds block i's bias table
-    (truncated normal 0.02) and the class token's logits get no bias. With ``distilled=True``,
-    ``dist_token`` is truncated normal 0.02 (as in timm) and ``head_dist`` is initialised like
-    ``head``; prefix tokens (class, distillation) get zero rows of a sine-cosine table and no
-    relative bias. With ``stem="conv"`` the stem's convolutions are at PyTorch's default.
+    Initialised as timm: Linear weights, ``pos_embed``, ``dist_token`` and relative bias tables
+    truncated normal 0.02 with zero biases, ``cls_token`` normal 1e-6, LayerNorms (1, 0), convs
+    at PyTorch's default. A sine-cosine table is a non-persistent buffer; prefix tokens get
+    zero rows of it and no relative bias.
 
     Shapes:
         forward: (B, C, H, W) -> (B, num_classes) logits; with ``distilled=True`` in train
@@ -68,11 +52,10 @@ class VisionTransformer(nn.Module):
 
     Raises:
         TypeError: ``config`` is not a ViTConfig; images that are not float, or not of the
-            weights' dtype (float64 images for a float32 model: convert with ``images.float()``;
-            nothing is converted silently).
+            weights' dtype (convert with ``images.float()``).
         ValueError: images not 4-D, of another channel count or size than the config (see
-            :func:`vitbook.resample_pos_embed` to change size), on another device than the
-            model, or holding NaN or inf.
+            :func:`vitbook.resample_pos_embed` to change size), or on another device than the
+            model.
 
     Example:
         >>> cfg = ViTConfig(img_size=32, patch_size=8, embed_dim=24, depth=2, num_heads=3,
@@ -168,11 +151,8 @@ class VisionTransformer(nn.Module):
     def reset_classifier(self, num_classes: int) -> None:
         """Replace the head by a new one for ``num_classes`` classes, zero-initialised.
 
-        For fine-tuning, as the ViT paper does (Section 3.2: "we remove the pre-trained
-        prediction head and attach a zero-initialized D x K feedforward layer", K = n_cls);
-        timm's method of the same name initialises the new head at random instead.
-        ``config.num_classes`` follows; ``num_classes=0`` removes the head (the model then
-        returns features). A distilled model gets two new heads, ``head`` and ``head_dist``.
+        As the ViT paper fine-tunes (Section 3.2); ``config.num_classes`` follows, 0 removes the
+        head, and a distilled model gets two new heads.
 
         Example:
             >>> model = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=1,
@@ -218,8 +198,7 @@ class VisionTransformer(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Pool the final tokens (B, N, D) and classify: (B, num_classes).
 
-        A distilled model returns ``(class logits, distillation logits)`` in train mode and
-        their mean in eval mode (see :meth:`forward_heads`).
+        A distilled model returns both heads' logits in train mode, their mean in eval mode.
         """
         if self.head_dist is not None:
             logits, logits_dist = self.forward_heads(features)
@@ -235,8 +214,7 @@ class VisionTransformer(nn.Module):
     def forward_heads(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Both heads of a distilled model, in any mode: (B, n_cls) each.
 
-        ``head`` reads the class token's final state (position 0), ``head_dist`` the
-        distillation token's (position 1).
+        ``head`` reads token 0 (class), ``head_dist`` token 1 (distillation).
 
         Raises:
             ValueError: the model is not distilled.

@@ -1,13 +1,8 @@
 """Figures for the book: plain matplotlib, one function per picture, in one house style.
 
-Every ``plot_*`` function takes tensors and numbers and returns a :class:`matplotlib.figure.Figure`
-drawn in the house style of :mod:`vitbook.plotting.style` (at most the width of the book's
-column, no text under 8 pt, stored at 2x) and released by pyplot, so that Jupyter shows it
-exactly once when it is the last value of a cell. A notebook calls :func:`use_book_style` once,
-so that the figures it draws itself follow the same style.
-
-Conventions: images are (C, H, W) floats in [0, 1]; patches are numbered in row-major grid order,
-patch k sitting at grid row ``k // Gw`` and column ``k % Gw`` (see :mod:`vitbook.patches`).
+Every ``plot_*`` function returns a :class:`matplotlib.figure.Figure` in the style of
+:mod:`vitbook.plotting.style`, released by pyplot, so Jupyter shows it once as a cell's last
+value. Images are (C, H, W) floats in [0, 1]; patches are in row-major grid order.
 
 See chapter: Images as sequences of patches.
 """

@@ -17,11 +17,7 @@ def image_array(name: str, image: object) -> np.ndarray:
 
 
 def show_pixels(ax, pixels: np.ndarray) -> None:
-    """Show an array from :func:`image_array`; one channel is ink on paper (0 white, 1 black).
-
-    The same convention as the digits everywhere else in the book, so a grey image never turns
-    into white on black from one figure to the next.
-    """
+    """Show an array from :func:`image_array`; one channel is ink on paper (0 white, 1 black)."""
     if pixels.ndim == 2:
         ax.imshow(pixels, cmap="gray_r", vmin=0, vmax=1, interpolation="nearest")
     else:

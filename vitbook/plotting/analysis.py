@@ -1,9 +1,6 @@
 """Figures that read out a trained ViT: attention by layer, rollout, and Figure 7's panels.
 
-The panels of Figure 7 of the ViT paper: the principal components of the patch-embedding
-filters, the similarity of the position embeddings, and the mean attention distance of every head
-against depth; and the attention maps and rollout maps of one image. Images are (C, H, W) floats
-in [0, 1]; a one-channel image is drawn as ink on paper.
+Images are (C, H, W) floats in [0, 1]; a one-channel image is drawn as ink on paper.
 
 See chapter: Inside a trained ViT.
 """
@@ -53,16 +50,8 @@ def plot_layer_attention(
 ) -> Figure:
     """Where one query patch looks in every layer: the image, then one map per layer.
 
-    Args:
-        image: (C, H, W) float in [0, 1], the image the model saw.
-        maps: (L, Gh, Gw) attention weights of the query over the patch keys, one map per layer
-            (the class-token key left out).
-        query: the query's patch index, outlined on every panel.
-        titles: one title per map; default ``"layer l"``.
-
-    Returns:
-        The figure: the image and the L maps in one row (rows of 5 panels for deeper models),
-        all maps on one colour scale from 0 to the largest weight, stated on the colour bar.
+    ``maps`` (L, Gh, Gw): the query's weights over the patch keys per layer; ``query`` is
+    outlined. All maps share one colour scale from 0, rows of at most 5 panels.
 
     Example:
         >>> maps = torch.softmax(torch.randn(3, 16), -1).reshape(3, 4, 4)
@@ -111,17 +100,8 @@ def plot_rollout_maps(
 ) -> Figure:
     """Rollout of a few images: each image over its pooled map and one query patch's map.
 
-    Args:
-        images: (B, C, H, W) floats in [0, 1], B of 2 to 5.
-        pooled: (B, Gh, Gw) share of each input patch in the pooled output.
-        query_maps: (B, Gh, Gw) the rollout row of the query patch over the input patches.
-        query: the query's patch index, outlined on the bottom row.
-        titles: one title per image (default: none).
-        class_shares: the class token's share of each pooled output, put in the titles.
-
-    Returns:
-        The figure: one column per image; each row of maps has one colour scale from 0 to its
-        largest share, stated on its colour bar.
+    ``images`` (B, C, H, W), B of 2 to 5; ``pooled`` and ``query_maps`` (B, Gh, Gw); each row of
+    maps has one colour scale from 0.
 
     Example:
         >>> maps = torch.softmax(torch.randn(2, 16), -1).reshape(2, 4, 4)
@@ -171,15 +151,8 @@ def plot_filter_components(
 ) -> Figure:
     """The principal components of the patch-embedding filters, each titled with its share.
 
-    Args:
-        components: (r, C, P, P) from :func:`vitbook.analysis.patch_embedding_components`.
-        ratios: (r,) the share of the variance each component explains.
-        columns: components per row.
-        title: a title over the whole figure.
-
-    Returns:
-        The figure. A one-channel component is drawn in red (+) and blue (-) on a scale
-        symmetric about 0; a colour component is stretched to the full range, each on its own.
+    ``components`` (r, C, P, P) and ``ratios`` (r,) of
+    :func:`vitbook.analysis.patch_embedding_components`.
 
     Example:
         >>> fig = plot_filter_components(torch.randn(4, 1, 2, 2), torch.tensor([.4, .3, .2, .1]))
@@ -221,19 +194,9 @@ def plot_similarity_tiles(
 ) -> Figure:
     """Position-embedding similarity in the layout of the ViT paper, one panel per table.
 
-    Tile (r, c) of a panel is the (Gh, Gw) map of the cosine similarity between the embedding
-    of patch (r, c) and those of every patch; white lines separate the tiles. Long titles are
-    wrapped to the width of their panel.
-
-    Args:
-        similarities: panel title -> (Gh, Gw, Gh, Gw) similarity, as returned by
-            :func:`vitbook.analysis.position_embedding_similarity`; 1 to 3 panels.
-        scales: panel title -> (vmin, vmax) of its colour scale. Default: from the panel's
-            lowest similarity, rounded down to 0.1, to 1, which shows the structure of a table
-            whose similarities are all high.
-
-    Returns:
-        The figure, a colour bar under each panel that states its scale.
+    ``similarities``: title -> (Gh, Gw, Gh, Gw) of
+    :func:`vitbook.analysis.position_embedding_similarity`, 1 to 3 panels; ``scales``: title ->
+    (vmin, vmax), by default the lowest value rounded down to 0.1, to 1.
 
     Example:
         >>> from vitbook.analysis import position_embedding_similarity
@@ -280,15 +243,8 @@ def plot_attention_distance(
 ) -> Figure:
     """Mean attention distance of every head against depth, as in the ViT paper's Figure 7.
 
-    Args:
-        distances: (L, Nh) in pixels, from :func:`vitbook.analysis.mean_attention_distance`.
-        even_spread: the distance of a head that spreads its weight evenly, drawn dashed.
-        farthest: the top of the y axis (the largest possible distance); default: automatic.
-        title: the figure's title.
-
-    Returns:
-        The figure: one point per head; up to 6 heads each in its own colour with a legend,
-        more heads in one colour.
+    ``distances`` (L, Nh) in pixels (:func:`vitbook.analysis.mean_attention_distance`);
+    ``even_spread`` is drawn dashed; ``farthest`` tops the y axis.
 
     Example:
         >>> fig = plot_attention_distance(torch.rand(3, 2) * 4, even_spread=2.0, farthest=8.0)

@@ -30,16 +30,9 @@ def plot_attention_map(
 ) -> Figure:
     """Where one query patch looks: its attention weights over the patches, beside the image.
 
-    Args:
-        image: (C, H, W) float in [0, 1], the image the model saw; one channel is drawn as ink
-            on paper (0 white, 1 black), as the digits are in every figure.
-        weights: (Gh, Gw) attention weights of the query over the patch keys (one row of a
-            (N, N) attention matrix, class-token column dropped, reshaped to the grid).
-        query: the query's patch index, outlined on both panels.
-        title: what the weights are, e.g. ``"layer 1, head 0"``.
-        vmax: the top of the colour scale (default: the largest weight shown). Frames that are
-            compared should share one; the scale is a square root (weights near 0 stay visible
-            next to a peak) and is stated on the colour bar.
+    ``image`` (C, H, W) in [0, 1]; ``weights`` (Gh, Gw), the query's row over the patch keys;
+    ``query`` is outlined. ``vmax`` tops the square-root colour scale (default: the largest
+    weight); frames that are compared should share it.
 
     Example:
         >>> weights = torch.full((2, 3), 1 / 6)
@@ -84,15 +77,8 @@ def plot_attention_map(
 def plot_axial_reach(grid_size: int | tuple[int, int], query: int) -> Figure:
     """Which patches can influence one patch's output: full versus axial attention.
 
-    Three grids, the query patch filled and marked q. One layer of full attention: every patch.
-    One axial layer along rows: the query's row, Gw patches. A row layer followed by a column
-    layer: every patch, in two hops; the darker cells (the query's column) are the relays, each of
-    which has read its own row in the first layer and is read by the query in the second. Counts
-    are in the titles.
-
-    Args:
-        grid_size: (Gh, Gw), or G.
-        query: the patch index, row-major.
+    Three grids: one full layer, one row layer, a row then a column layer (the relays darker);
+    counts in the titles. ``query`` is a row-major patch index.
 
     Example:
         >>> fig = plot_axial_reach((3, 5), query=7)
@@ -140,15 +126,8 @@ def plot_query_weights(
 ) -> Figure:
     """The attention weights of a few query patches, each drawn on the patch grid, one scale.
 
-    Args:
-        weights: (N, N) attention weights over the patches (row i: query i), N = Gh * Gw,
-            row-major, no class token.
-        grid_size: (Gh, Gw), or G.
-        queries: the query patches shown, one panel each (one to four), outlined.
-        label: what the colour bar measures.
-
-    All panels share one linear colour scale, from 0 to the largest weight shown, stated on the
-    colour bar.
+    ``weights`` (N, N), N = Gh * Gw, no class token; ``queries``: one to four patches, outlined.
+    One linear colour scale from 0.
 
     Example:
         >>> fig = plot_query_weights(torch.full((6, 6), 1 / 6), (2, 3), [0, 4])

@@ -77,13 +77,6 @@ def _draw_block(ax, parts: list[tuple], title: str, end: float) -> None:
 def plot_norm_placement() -> Figure:
     """The pre-norm block of ViT (top) and the post-norm block of the original Transformer.
 
-    A horizontal arrow is the stream of tokens; each branch reads it, computes, and adds its
-    result back at a circled +. Pre-norm puts a LayerNorm at the start of each branch, so the
-    stream itself is never normalised; post-norm puts one on the stream after each addition.
-
-    Returns:
-        The figure, two rows.
-
     Example:
         >>> fig = plot_norm_placement()
         >>> [ax.get_title(loc="left").split(":")[0] for ax in fig.axes]
@@ -123,15 +116,7 @@ def plot_norm_placement() -> Figure:
 def plot_activations(low: float = -4.0, high: float = 4.0) -> Figure:
     """GELU against ReLU, their derivatives, and the error of GELU's tanh approximation.
 
-    Top left, the two activations, GELU's minimum marked; top right, their derivatives
-    (computed by autograd); bottom, exact GELU minus ``F.gelu(x, approximate="tanh")`` in units
-    of 1e-4, over -6 .. 6.
-
-    Args:
-        low, high: the range of x of the top panels.
-
-    Returns:
-        The figure: two panels on top, one below.
+    ``low``, ``high``: the x range of the top panels; the error panel (in 1e-4) spans -6 .. 6.
 
     Example:
         >>> fig = plot_activations()
@@ -182,16 +167,8 @@ def plot_gradient_through_depth(
 ) -> Figure:
     """The gradient norm at the input of every branch of a stack, with and without residuals.
 
-    A log scale; a log axis has no 0, so the branches where the plain stack's gradient is
-    exactly 0 are marked with crosses along the bottom.
-
-    Args:
-        residual: gradient norms at the input of branch 0 .. L (L = the output), z + F(z).
-        plain: the same without residual connections, z = F(z); as long as ``residual``.
-        title: what the stack is.
-
-    Returns:
-        The figure.
+    ``residual`` and ``plain``: norms at branches 0 .. L (L the output), with z + F(z) and
+    z = F(z), on a log scale; exact zeros are marked along the bottom.
 
     Example:
         >>> fig = plot_gradient_through_depth([2.0, 1.5, 1.0], [0.0, 0.1, 1.0])
@@ -231,18 +208,8 @@ def plot_norm_order(
 ) -> Figure:
     """Pre-norm against post-norm stacks of one depth: the stream's scale and the gradients.
 
-    Top left: the standard deviation of the stream after each block; top right: the gradient
-    norm of each block's parameters; bottom left: the gradient of the last block against the
-    depth, the chosen depth circled. The axes are the same for every depth in ``stats``, so
-    that depths can be compared.
-
-    Args:
-        stats: for each depth L, for ``"pre-norm"`` and ``"post-norm"``, the lists ``"std"``
-            and ``"grad"`` of L values, one per block.
-        depth: the depth shown, a key of ``stats``.
-
-    Returns:
-        The figure, in two rows.
+    ``stats``: depth L -> ``"pre-norm"`` / ``"post-norm"`` -> ``{"std", "grad"}``, L values
+    each; ``depth`` is the key shown. The axes are the same for every depth.
 
     Example:
         >>> run = {"std": [1.0, 1.2], "grad": [0.3, 0.2]}

@@ -1,8 +1,5 @@
 """Figures of attention on colours: a table of weights, and what each head hands on.
 
-Attention's output for a token is a weighted average of values. With colours as the values the
-average can be seen: these figures show the weights beside the colours they blend.
-
 See chapters: Attention; Multi-head attention.
 """
 
@@ -36,15 +33,8 @@ def plot_weight_table(
 ) -> Figure:
     """A few tokens that are colours: the tokens, their attention weights, and the outputs.
 
-    Left: the tokens' colours (the values). Middle: the (N, N) weights, one row per query, each
-    entry written out, grey scale from 0 (white) to 1 (black). Right: each query's output, the
-    colours blended with its row of weights.
-
-    Args:
-        colours: (N, 3) RGB colours in [0, 1], the values.
-        weights: (N, N) attention weights, rows summing to 1.
-        outputs: (N, 3) the outputs, ``weights @ colours``.
-        names: a name for each token.
+    ``colours`` (N, 3) RGB in [0, 1]; ``weights`` (N, N), rows summing to 1; ``outputs`` (N, 3),
+    ``weights @ colours``.
 
     Example:
         >>> weights = torch.full((2, 2), 0.5)
@@ -92,16 +82,8 @@ def plot_head_outputs(
 ) -> Figure:
     """What attention heads hand on, as colours on the patch grid, and one head's weights.
 
-    Panels, two per row: the values (a colour per patch), each head's output (its weighted
-    average of the values, per patch), and the full (N, N) weights of one head, one row per
-    query patch, on a linear scale from 0 to their largest value (colour bar).
-
-    Args:
-        values: (N, 3) RGB colours in [0, 1], one per patch, row-major, N = Gh * Gw.
-        outputs: a title for each head's (N, 3) output colours (one to two heads).
-        weights: (N, N) the weights of one head.
-        grid_size: (Gh, Gw), or G.
-        weights_title: the title of the weights panel.
+    ``values`` (N, 3), one colour per patch, N = Gh * Gw; ``outputs``: title -> (N, 3), one or
+    two heads; ``weights`` (N, N) of one head, on a linear scale from 0.
 
     Example:
         >>> values = torch.rand(6, 3)

@@ -22,11 +22,7 @@ COLOURS = ("tab:red", "tab:blue", "tab:green")
 def plot_attention_masks(masks: Mapping[str, torch.Tensor]) -> Figure:
     """The (query, key) pairs that attention scores: one (N, N) table per kind of layer.
 
-    Args:
-        masks: title -> (N, N) bool, True where query i may attend to key j; 1 to 3 tables.
-
-    Returns:
-        The figure, one panel per table, the number of pairs in its title.
+    ``masks``: title -> (N, N) bool (True: query i may attend to key j), 1 to 3 tables.
 
     Example:
         >>> from vitbook import axial_attention_mask
@@ -58,14 +54,8 @@ def plot_attention_cost(
 ) -> Figure:
     """Time and peak memory of attention against the number of tokens, on log-log axes.
 
-    Args:
-        token_counts: the values of N measured.
-        costs: implementation -> {"seconds": [...], "bytes": [...]}, one value per N.
-        exponents: implementation -> {"time": slope, "memory": slope}, shown in the legends.
-
-    Returns:
-        The figure: time (ms) on the left, peak memory (MB) on the right, with one N x N table
-        of float32 (4 N^2 bytes) dotted for scale.
+    ``costs``: implementation -> ``{"seconds", "bytes"}``, one value per N; ``exponents``:
+    implementation -> ``{"time", "memory"}`` slopes for the legends.
 
     Example:
         >>> costs = {"fused": {"seconds": [1e-3, 4e-3], "bytes": [1e5, 2e5]}}
@@ -114,15 +104,8 @@ def plot_axial_crossover(
 ) -> Figure:
     """Measured time of full and axial attention against the grid side, beside their MACs.
 
-    Args:
-        grid_sides: the grid sides G measured (N = G^2 tokens).
-        seconds: name -> measured seconds, one per grid side.
-        macs: name -> multiply-adds, one per grid side; drawn dotted, scaled so that the first
-            name's last count sits on its last measured time.
-        crossover: the grid side from which the second name is faster, marked dashed.
-
-    Returns:
-        The figure, on log-log axes, times in milliseconds.
+    ``seconds`` and ``macs``: name -> one value per grid side G; MACs are drawn dotted, scaled to
+    the first name's last time; ``crossover`` is marked dashed.
 
     Example:
         >>> sides = [2, 4, 8]

@@ -1,8 +1,5 @@
 """Figures of the stored experiments on the digits: the ViT against a CNN as the data grows.
 
-The numbers come from :func:`vitbook.studies.experiments.load_results`; every function takes the
-results (or a table in the same form) and draws the mean over seeds with the spread around it.
-
 See chapter: Training and classification.
 """
 
@@ -25,16 +22,9 @@ def plot_data_hunger(
 ) -> Figure:
     """Validation accuracy of the ViT and the CNN against the share of the training part used.
 
-    One line per model through the mean over seeds, a band from the lowest to the highest seed,
-    and every seed as a dot. The x axis is the number of training images (log scale).
-
-    Args:
-        results: the stored results, as :func:`vitbook.studies.experiments.load_results` returns
-        them;
-            only ``results["experiments"]["data_size"]["runs"]`` is read, whose labels are
-            ``"<model> <percent>%"`` and whose runs have ``train_images`` and
-            ``validation_accuracy``.
-        title: the figure's title.
+    Lines through the mean over seeds, bands from the lowest to the highest, a dot per seed,
+    training images on a log x. Reads ``results["experiments"]["data_size"]["runs"]`` of
+    :func:`vitbook.studies.experiments.load_results` (labels ``"<model> <percent>%"``).
 
     Raises:
         ValueError: the results have no ``data_size`` experiment.

@@ -1,7 +1,7 @@
 """Figures of the distillation miniature: accuracy per setting, and attention distance per head.
 
-The numbers come from :func:`vitbook.studies.distill_digits.load_results`:
-``results["runs"][label]`` is a list of runs, one per seed.
+Both take :func:`vitbook.studies.distill_digits.load_results`'s dict (``runs[label]``: one run
+per seed).
 
 See chapter: Can a ViT beat the CNN that taught it?
 """
@@ -41,12 +41,8 @@ def plot_distillation(
 ) -> Figure:
     """One row per setting: every seed's accuracy as a dot, the mean as a bar.
 
-    Args:
-        results: the recorded miniature.
-        labels: the settings to draw, top to bottom; default all, in the file's order.
-        metric: the run field to draw.
-        reference: a setting whose mean is drawn as a dashed line across (the teacher), or None.
-        title: the figure's title.
+    ``labels`` default to all settings; ``metric`` is the run field drawn; ``reference``'s
+    mean is drawn dashed across.
 
     Raises:
         ValueError: a label the results do not hold.
@@ -92,13 +88,8 @@ def plot_distance_by_setting(
 ) -> Figure:
     """Mean attention distance of every head of every seed, one panel per layer.
 
-    Args:
-        results: the recorded miniature; each run of ``labels`` has ``attention_distance``,
-            [layer][head] in pixels.
-        labels: the ViT settings to compare, left to right.
-        farthest: the top of the y axis; default automatic.
-        even_spread: the distance of a head that spreads its weight evenly, drawn dashed.
-        title: the figure's title.
+    Each run of ``labels`` needs ``attention_distance`` ([layer][head] pixels); ``even_spread``
+    is drawn dashed, ``farthest`` tops the y axis.
 
     Raises:
         ValueError: a label the results do not hold, or a run without attention distances.

@@ -1,8 +1,7 @@
 """Figures of the measured experiments on the digits (``vitbook/assets/experiments.json``).
 
-Each function takes the dict that :func:`vitbook.studies.experiments.load_results` returns and draws
-the validation accuracy (the one that settings are compared by) of every seed as a small dot and
-the mean over the seeds with a bar of one standard deviation.
+Each takes :func:`vitbook.studies.experiments.load_results`'s dict and draws every seed's
+validation accuracy as a dot and the mean with a bar of one standard deviation.
 
 See chapters: Images as sequences of patches; Positional encodings.
 """
@@ -41,13 +40,7 @@ def _mean_and_std(values: list[float]) -> tuple[float, float]:
 def plot_patch_size_experiment(results: Mapping[str, object]) -> Figure:
     """The patch-size experiment: validation accuracy and time per training step against P.
 
-    Left: the validation accuracy of every seed (dots) and its mean with one standard deviation
-    (bar) for each patch size, labelled with the number of tokens N. Right: the fastest
-    training step of 64 digits for each patch size, in milliseconds.
-
-    Args:
-        results: the dict of :func:`vitbook.studies.experiments.load_results`, whose
-            ``experiments["patch_size"]`` has ``runs`` and ``step_seconds`` per ``"P=p"``.
+    Right: the fastest training step of 64 digits per patch size, in milliseconds.
 
     Example:
         >>> from vitbook.studies.experiments import load_results
@@ -86,13 +79,7 @@ def plot_patch_size_experiment(results: Mapping[str, object]) -> Figure:
 def plot_position_experiment(results: Mapping[str, object]) -> Figure:
     """The positions experiment: validation accuracy per position encoding and readout.
 
-    One row per position encoding (none, learned 1D, 2D sine-cosine, relative bias), two
-    markers per row: the class-token readout and mean pooling. Dots are the seeds, squares the
-    means, bars one standard deviation.
-
-    Args:
-        results: the dict of :func:`vitbook.studies.experiments.load_results`, whose
-            ``experiments["positions"]["runs"]`` has labels ``"<position>, <readout>"``.
+    One row per position encoding, one marker per readout (class token, mean pooling).
 
     Example:
         >>> from vitbook.studies.experiments import load_results

@@ -35,15 +35,8 @@ def plot_pipeline(
 ) -> Figure:
     """A ViT as a pipeline: the image cut into patches, then each stage and its shape.
 
-    Args:
-        config: a :class:`vitbook.ViTConfig` (with a class token and a head).
-        image: (C, H, W) float in [0, 1], of the config's image size, drawn with its patch grid.
-        title: the figure's title.
-        grid_colour: the colour of the patch grid's lines (white shows on a photo; a darker
-            colour on a digit drawn as ink on paper).
-
-    Returns:
-        The figure: six stages left to right, the shape for one image under each.
+    ``config`` needs a class token and a head; ``image`` is (C, H, W) of its size;
+    ``grid_colour`` colours the patch grid.
 
     Example:
         >>> from vitbook import ViTConfig
@@ -117,18 +110,8 @@ def plot_cost_by_part(
 ) -> Figure:
     """Where the multiply-accumulates (MACs) of one image go, for one image and patch size.
 
-    Left: each part's share of the MACs, on a fixed 0 .. 100 % scale, its GMACs written at the
-    end of its bar (inside it, for a long bar). Right: the total GMACs against the image side
-    for every patch size, on a log scale fixed across all sizes, the chosen size circled. The two
-    panels sit side by side, each narrow enough for a phone's column on its own.
-
-    Args:
-        by_part: for each (image side, patch size), the MACs of each part of the model (the
-            same parts, in the same order, for every size).
-        img_size, patch_size: the sizes shown, a key of ``by_part``.
-
-    Returns:
-        The figure, two panels side by side.
+    ``by_part``: (image side, patch size) -> part -> MACs, the same parts for every size. Left,
+    each part's share; right, total GMACs against image side per patch size (log scale).
 
     Example:
         >>> sizes = [(s, p) for s in (8, 16) for p in (2, 4)]
@@ -204,20 +187,9 @@ def plot_resampled_positions(
 ) -> Figure:
     """A position table on two grids: two of its channels and one patch's similarity map.
 
-    One row per table (square grids), three panels: the two channels as images of the grid,
-    and the cosine similarity of the query patch's row (marked +) to every patch's row. Each
-    column shares one colour scale across the rows, stated on its colour bar.
-
-    Args:
-        tables: (1, 1 + G * G, D) position tables with the class token's row first, as
-            ``VisionTransformer.pos_embed`` and :func:`vitbook.resample_pos_embed` give.
-        queries: (row, column) of the query patch in each table's grid.
-        channels: the two channels drawn.
-        notes: a word on each channel for its title, e.g. ``("a row wave", "a column wave")``.
-        patch_size: the patch side in pixels, for the row labels.
-
-    Returns:
-        The figure.
+    ``tables``: (1, 1 + G * G, D) with the class token's row first (as ``pos_embed``);
+    ``queries``: (row, column) per table; ``notes``: a word per channel for its title. Each
+    column shares one colour scale.
 
     Example:
         >>> from vitbook import sincos_2d

@@ -21,14 +21,8 @@ __all__ = ["plot_patch_grid", "plot_patch_vector"]
 def plot_patch_grid(image: torch.Tensor, patch_size: int, *, num_shown: int = 10) -> Figure:
     """The image cut into P x P patches, and the first patches of the token sequence it becomes.
 
-    Top: the image with the patch grid and the index of each patch (row-major; numbers are drawn
-    up to an 8 x 8 grid). Bottom: the sequence that the transformer reads, patch 0 first, with its
-    length N and the length C * P * P of each flattened patch vector.
-
-    Args:
-        image: (C, H, W) float in [0, 1]; H and W must be multiples of ``patch_size``.
-        patch_size: P.
-        num_shown: how many patches of the sequence to draw before the last one.
+    ``image`` (C, H, W) in [0, 1]; patch indices are drawn up to an 8 x 8 grid; ``num_shown``
+    patches of the sequence are drawn before the last.
 
     Raises:
         ValueError / TypeError: as :func:`vitbook.patchify`.
@@ -105,14 +99,7 @@ def plot_patch_grid(image: torch.Tensor, patch_size: int, *, num_shown: int = 10
 def plot_patch_vector(vector: torch.Tensor, patch_size: int, *, title: str = "patch") -> Figure:
     """One flattened patch: its picture, and its C * P * P numbers in ``(c ph pw)`` order.
 
-    Left: the patch folded back into a P x P picture. Right: the vector that the patch embedding
-    multiplies by E, index on the x axis, one colour per channel (red, green, blue for RGB): the
-    P * P values of channel 0 row by row, then channel 1, and so on.
-
-    Args:
-        vector: (C * P * P,) float, a row of :func:`vitbook.patchify`'s output, values in [0, 1].
-        patch_size: P.
-        title: the title above the picture, e.g. ``"patch 62"``.
+    ``vector`` (C * P * P,) in [0, 1], a row of :func:`vitbook.patchify`'s output.
 
     Raises:
         ValueError: the vector's length is not a multiple of P * P.

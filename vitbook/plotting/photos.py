@@ -27,11 +27,7 @@ def plot_photos_by_class(
 ) -> Figure:
     """The first ``per_class`` photos of every class, one column per class.
 
-    Args:
-        images: (B, 3, H, W) in [0, 1].
-        labels: (B,) class indices; every class needs ``per_class`` photos.
-        classes: the class names, one per column.
-        per_class: the rows.
+    ``images`` (B, 3, H, W); ``labels`` (B,) with ``per_class`` photos of every class.
 
     Example:
         >>> labels = torch.arange(9) % 3
@@ -67,8 +63,7 @@ def plot_photos_by_class(
 def plot_augmented(rows: Mapping[str, torch.Tensor]) -> Figure:
     """The same photos under several augmentations: one row per augmentation.
 
-    Args:
-        rows: row label -> (B, 3, H, W) photos in [0, 1]; every row the same B (2 to 10).
+    ``rows``: label -> (B, 3, H, W), one B (2 to 10) for every row.
 
     Example:
         >>> photos = torch.rand(4, 3, 8, 8)
@@ -104,14 +99,9 @@ def plot_ladder(
 ) -> Figure:
     """Test accuracy of each row of a recipe ladder: mean and the range over seeds.
 
-    Times are left out on purpose: recorded wall-clock minutes of runs that shared a GPU are not
-    the time of a run alone.
-
-    Args:
-        table: row -> ``{"test_mean", "test_min", "test_max", "n"}`` (what
-            :func:`vitbook.studies.ladder.summarize` returns).
-        labels: row -> the label to print; default the row's name.
-        anchors: label -> an accuracy from elsewhere, drawn as a dashed line.
+    ``table``: row -> ``{"test_mean", "test_min", "test_max", "n"}``
+    (:func:`vitbook.studies.ladder.summarize`); ``anchors``: label -> an accuracy drawn dashed.
+    No times: runs that shared a GPU do not time a run alone.
 
     Example:
         >>> row = {"test_mean": 0.8, "test_min": 0.79, "test_max": 0.81, "n": 3}
@@ -166,11 +156,8 @@ def plot_time_to_accuracy(
 ) -> Figure:
     """Validation accuracy against minutes (left, one run) and against epochs (right, every run).
 
-    Args:
-        curves: label -> ``{"val_accuracy": [...], "epoch_seconds": [...]}`` (a recorded run;
-            ``epoch_seconds`` only for the run timed on the left).
-        minutes_of: the label of the run drawn against its wall-clock minutes.
-        levels: accuracies marked on the left where the run first reached them.
+    ``curves``: label -> ``{"val_accuracy", "epoch_seconds"}`` (seconds only for ``minutes_of``);
+    ``levels`` are marked where that run first reached them.
 
     Example:
         >>> run = {"val_accuracy": [0.4, 0.6, 0.7], "epoch_seconds": [60.0, 60.0, 60.0]}
@@ -216,8 +203,7 @@ def plot_time_to_accuracy(
 def plot_photo_confusion(confusion: torch.Tensor, classes: Sequence[str]) -> Figure:
     """A confusion matrix of photos: row = true class, column = predicted, counts in the cells.
 
-    The colour is the count on a square-root scale, so that the mistakes show beside the
-    diagonal.
+    Colour on a square-root scale.
 
     Example:
         >>> fig = plot_photo_confusion(torch.tensor([[9, 1], [2, 8]]), ["cat", "dog"])
@@ -264,10 +250,7 @@ def plot_photo_mistakes(
 ) -> Figure:
     """The first ``count`` photos a model gets wrong, each titled "true / predicted".
 
-    Args:
-        images: (B, 3, H, W) in [0, 1]; labels, predicted: (B,) class indices.
-        classes: the class names.
-        count, columns: how many wrong photos, in rows of ``columns``.
+    ``images`` (B, 3, H, W); ``labels``, ``predicted`` (B,) class indices.
 
     Example:
         >>> fig = plot_photo_mistakes(torch.rand(3, 3, 8, 8), torch.tensor([0, 1, 1]),

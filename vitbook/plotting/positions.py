@@ -30,15 +30,8 @@ def plot_sincos(
 ) -> Figure:
     """The 1D sine-cosine table, one of its channels, and where a position reads it.
 
-    Left: the (N, D) table of :func:`vitbook.sincos_1d`, positions down, channels across (red +1,
-    blue -1), the chosen position's row and channel's column outlined. Right: the chosen channel
-    as a function of the position: a sine (even channels) or a cosine (odd) of wavelength
-    ``2 pi base**(2k / D)`` for the pair k = channel // 2.
-
-    Args:
-        position: the position marked, 0 .. num_positions - 1.
-        dimension: the channel drawn, 0 .. dim - 1.
-        base, num_positions, dim: as for :func:`vitbook.sincos_1d`.
+    Left, the (N, D) table of :func:`vitbook.sincos_1d` with ``position``'s row and
+    ``dimension``'s column outlined; right, that channel against the position.
 
     Example:
         >>> fig = plot_sincos(position=5, dimension=2, num_positions=16, dim=8)
@@ -119,14 +112,8 @@ def plot_position_similarity(
 ) -> Figure:
     """Cosine similarity between the position embedding of one patch and those of all patches.
 
-    Args:
-        embedding: (Gh * Gw, D) position embeddings of the patches, row-major (no class token).
-        grid_size: (Gh, Gw), or G.
-        query: the patch index compared with every patch, outlined.
-        title: a name for the embedding, shown above the map.
-        vmin, vmax: the colour scale, stated on the colour bar. Frames that are compared (one
-            per query, say) should share it; -1 .. 1 hides the structure of embeddings whose
-            similarities all lie near 1, such as sine-cosine tables.
+    ``embedding`` (Gh * Gw, D), row-major, no class token; ``vmin``, ``vmax``: the colour
+    scale, which compared frames should share.
 
     Raises:
         ValueError: the embedding does not have one row per patch, or ``query`` is off the grid.
@@ -181,10 +168,7 @@ def plot_shuffle_test(
 ) -> Figure:
     """A photo, the same photo with its patches shuffled, and a model's logits for both.
 
-    Args:
-        image, shuffled: (C, H, W) floats in [0, 1], the two inputs.
-        logits, logits_shuffled: (num_classes,) the model's outputs for each, drawn as pairs of
-            bars; for a model without position information the pairs are equal.
+    ``image``, ``shuffled`` (C, H, W); ``logits``, ``logits_shuffled`` (num_classes,).
 
     Example:
         >>> fig = plot_shuffle_test(

@@ -26,14 +26,7 @@ def plot_top_classes(
 ) -> Figure:
     """Each picture beside a bar chart of its most likely classes, the likeliest on top.
 
-    Args:
-        pictures: (B, C, H, W) floats in [0, 1].
-        captions: one title per picture.
-        probabilities: (B, k) the probabilities of each picture's top k classes, sorted.
-        names: for each picture, the names of its top k classes, in the same order.
-
-    Returns:
-        The figure, one row per picture; every bar chart runs from 0 to 1.
+    ``pictures`` (B, C, H, W); ``probabilities`` (B, k), sorted, with ``names`` in that order.
 
     Example:
         >>> top = torch.tensor([[0.7, 0.2, 0.1], [0.5, 0.3, 0.2]])
@@ -77,14 +70,7 @@ def plot_rollout_overlay(
 ) -> Figure:
     """Each picture, and under it the picture with its rollout map laid over it.
 
-    Args:
-        pictures: (B, C, H, W) floats in [0, 1], B of 1 to 4.
-        overlays: (B, H, W) rollout maps scaled up to the pictures, each in [0, 1].
-        captions: one title per picture.
-        titles: one title per overlay.
-
-    Returns:
-        The figure: one column per picture; every map on the scale 0 (dark) .. 1 (bright).
+    ``pictures`` (B, C, H, W), B of 1 to 4; ``overlays`` (B, H, W) in [0, 1].
 
     Example:
         >>> fig = plot_rollout_overlay(

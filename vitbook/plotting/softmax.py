@@ -26,16 +26,9 @@ _COLOURS = ["tab:red", "tab:blue", "tab:green", "tab:purple"]
 def plot_softmax_saturation(saturation: Mapping[int, Mapping[str, Mapping]], Dh: int) -> Figure:
     """One head width of the scaling experiment: one query's weights, and where Dh sits.
 
-    Four panels, two per row. Top left: the 20 largest weights of one query, sorted, for each
-    setting (with and without the 1/sqrt(Dh) scale, say). The other three: the median largest
-    weight, entropy and softmax Jacobian norm against the head width, the chosen width marked.
-    Every axis is fixed by the whole experiment, so the panels of different widths compare.
-
-    Args:
-        saturation: for each head width, for each setting, the statistics ``"max weight"``,
-            ``"entropy"``, ``"gradient"`` (numbers) and ``"weights"`` (one query's weights,
-            sorted in decreasing order).
-        Dh: the head width marked; a key of ``saturation``.
+    ``saturation``: head width -> setting -> ``{"max weight", "entropy", "gradient"}`` numbers and
+    ``"weights"`` (one query's, sorted descending); ``Dh`` is the key marked. The axes are fixed
+    by the whole experiment.
 
     Example:
         >>> import torch

@@ -1,18 +1,10 @@
 """The book's house style for figures: one size, one set of fonts, pictures stored at 2x.
 
-The numbers, and why:
-
-* The text column of the HTML book is about 688 CSS px wide in a 1280 px window. A figure is drawn
-  at :data:`CSS_PX_PER_INCH` = 100 CSS px per inch and at most :data:`COLUMN_WIDTH` = 6.8 inches
-  wide, so it is shown at its own size (680 px), never shrunk to fit.
-* It is stored at :data:`PNG_SCALE` = 2 times that resolution (a "retina" PNG, 200 dots per inch)
-  and shown at half its pixel size, so it stays sharp on high-DPI screens.
-* No text is smaller than :data:`MIN_FONT_SIZE` = 8 points, which is 8 / 72 * 100 = 11 CSS px as
-  shown (the book's floor is 10 px).
-
-:func:`use_book_style` applies the style to every figure a notebook draws; the ``plot_*``
-functions of :mod:`vitbook.plotting` are drawn in it whether or not it was called
-(:func:`book_figure`). Nothing changes on import.
+Figures are drawn at :data:`CSS_PX_PER_INCH` = 100 CSS px per inch, at most
+:data:`COLUMN_WIDTH` = 6.8 inches wide (the book's 688 px column), stored at :data:`PNG_SCALE`
+= 2 times that resolution, with no text under :data:`MIN_FONT_SIZE` = 8 points (11 CSS px).
+:func:`use_book_style` applies the style to a notebook's figures; the ``plot_*`` functions use
+it regardless (:func:`book_figure`). Nothing changes on import.
 
 See chapter: How the interactive figures work.
 """
@@ -64,10 +56,8 @@ F = TypeVar("F", bound=Callable[..., Figure])
 def use_book_style() -> None:
     """Draw every later figure of this session in the house style, inline and at 2x.
 
-    Sets matplotlib's rcParams to :data:`STYLE`. In a Jupyter kernel it also selects the inline
-    backend, whatever ``MPLBACKEND`` says (a headless server often sets ``Agg``, which would
-    draw no figure into the notebook), and stores inline figures as 2x ("retina") PNGs. Call it
-    once, at the top of a notebook.
+    Sets rcParams to :data:`STYLE`; in a Jupyter kernel also the inline backend, whatever
+    ``MPLBACKEND`` says, with 2x PNGs.
 
     Example:
         >>> use_book_style()
@@ -96,10 +86,6 @@ def use_book_style() -> None:
 def new_figure(width: float = COLUMN_WIDTH, height: float = 3.4, **kwargs: object) -> Figure:
     """A new figure in the house style, already released by pyplot.
 
-    Released, because a ``plot_*`` function returns its figure: Jupyter then shows it once when
-    it is the last value of a cell (and not at all otherwise), and figures drawn in a loop (the
-    frames of :mod:`vitbook.widgets`) never pile up in pyplot's memory.
-
     Raises:
         ValueError: ``width`` is wider than the column.
 
@@ -124,9 +110,7 @@ def new_figure(width: float = COLUMN_WIDTH, height: float = 3.4, **kwargs: objec
 def book_figure(plot_fn: F) -> F:
     """Decorate a ``plot_*`` function so that it draws in the house style.
 
-    Text sizes and other defaults are read from rcParams when an artist is made, so the whole
-    function runs inside ``matplotlib.rc_context(STYLE)``: the figure looks the same whether or
-    not the notebook called :func:`use_book_style`.
+    The function runs inside ``matplotlib.rc_context(STYLE)``.
 
     See chapter: How the interactive figures work.
     """

@@ -1,10 +1,7 @@
 """Result tables that read well wherever a chapter runs: the HTML book, Jupyter, Colab, a terminal.
 
-A :class:`Table` is what a notebook cell shows instead of printing rows of padded text: printed
-text keeps its line breaks, so on a phone a wide table shows one column and pans, while an HTML
-table wraps its cells to the column. A ``Table`` carries three renditions and each front end picks
-the best it can show: HTML (the book and every notebook front end), Markdown, and aligned plain
-text (a terminal, ``print(table)``).
+A :class:`Table` carries an HTML rendition (whose cells wrap on a phone), a Markdown one, and
+aligned plain text (``print(table)``); each front end picks the best it can show.
 
 See chapter: Real photos.
 """
@@ -23,13 +20,9 @@ class Table:
     """A small table of results with an HTML, a Markdown and a plain-text rendition.
 
     Args:
-        columns: the header, one name per column.
-        rows: one sequence of cells per row, as many cells as columns; cells are shown with
-            ``str`` (format numbers before, e.g. ``f"{x:.3f}"``). An empty string leaves a cell
-            blank; a cell (or a column name) of several lines keeps them: ``<br>`` in HTML and
-            Markdown (whose table rows are one line each), one line of text per line.
-        align: one letter per column, ``l`` (left), ``r`` (right) or ``c`` (centre); by default
-            the first column left and the others right, as numbers read best.
+        rows: one sequence of cells per row, shown with ``str`` (format numbers first); a cell
+            of several lines keeps them (``<br>`` in HTML and Markdown).
+        align: one of ``l``, ``r``, ``c`` per column; by default the first left, the rest right.
         caption: an optional line shown above the table.
 
     Raises:

@@ -55,14 +55,7 @@ def plot_digits_by_class(
 ) -> Figure:
     """The first ``per_class`` images of every class, one column per class.
 
-    Args:
-        images: (B, 1, H, W) digits in [0, 1].
-        labels: (B,) their classes, 0 .. n_cls - 1; every class needs ``per_class`` images.
-        per_class: the rows.
-        title: a title above the columns' class labels.
-
-    Returns:
-        The figure.
+    ``labels`` (B,) in 0 .. n_cls - 1, with ``per_class`` images of every class.
 
     Example:
         >>> labels = torch.arange(20) % 10
@@ -134,14 +127,8 @@ def plot_history(
 ) -> Figure:
     """Training loss (left) and accuracies (right) against the epoch.
 
-    A history without training accuracies (a recorded run that kept only its losses and
-    validation accuracies, say) draws the accuracy of ``eval_accuracy`` alone.
-
-    Args:
-        history: a :class:`vitbook.train.History`, as ``fit`` returns.
-        title: the figure's title.
-        eval_label: the legend's name for ``history.eval_accuracy``, the data ``fit`` evaluated
-            after each epoch (``"validation"`` when they are a validation part).
+    ``history``: a :class:`vitbook.train.History`; without training accuracies only
+    ``eval_accuracy`` is drawn, named ``eval_label`` in the legend.
 
     Example:
         >>> from vitbook.train import History
@@ -184,13 +171,7 @@ def plot_predictions(
 ) -> Figure:
     """The first ``count`` images, each titled with its predicted class and that probability.
 
-    Titles of wrong predictions are red.
-
-    Args:
-        images: (B, 1, H, W) digits in [0, 1].
-        labels: (B,) true classes.
-        probabilities: (B, n_cls) predicted probabilities.
-        count, columns: how many images, in rows of ``columns``.
+    ``probabilities`` (B, n_cls); wrong predictions are titled in red.
 
     Example:
         >>> probabilities = torch.tensor([[0.9, 0.1], [0.3, 0.7]])
@@ -242,14 +223,8 @@ def plot_confusion(
 ) -> Figure:
     """A confusion matrix (left) and the misclassified images (right), true -> predicted.
 
-    The matrix's colour is the count on a square-root scale (so that the ones off the diagonal
-    show next to diagonals of 40 and more); every nonzero count is written in its cell.
-
-    Args:
-        confusion: (n_cls, n_cls) counts, row = true class, column = predicted class.
-        images: (B, 1, H, W) the images that were classified.
-        labels, predicted: (B,) their true and predicted classes.
-        columns: the misclassified images are drawn in rows of this many.
+    ``confusion`` (n_cls, n_cls), row = true, column = predicted, colour on a square-root scale;
+    ``labels``, ``predicted`` (B,) for the (B, 1, H, W) ``images``.
 
     Example:
         >>> confusion = torch.tensor([[3, 1], [0, 2]])

@@ -1,8 +1,5 @@
 """Figure of the transfer miniature: test accuracy against the labels per class of the new task.
 
-The numbers come from :func:`vitbook.studies.transfer_digits.load_results`: for every setting and
-number of labels, one run per seed with the learning rate chosen on validation.
-
 See chapter: Fine-tuning a pretrained ViT.
 """
 
@@ -50,18 +47,10 @@ def _draw(ax, settings: dict, lines: tuple, shots_x: dict[str, float]) -> None:
 def plot_transfer(results: dict, *, title: str = "") -> Figure:
     """Test accuracy on the new task against the labelled examples per class, two panels.
 
-    Left: training from scratch, a linear probe and full fine-tuning (and, where recorded, the
-    runs with a longer budget, ``"<method>, <n> steps"``, as hollow markers beside "all"). Right:
-    fine-tuning at 8 px against 12 px with the position embeddings interpolated or newly
-    initialised. Each line goes through the mean
-    over seeds, the band spans the lowest to the highest seed, and every seed is a dot. The x
-    axis is logarithmic; "all" sits at the mean number of examples per class it stands for.
-
-    Args:
-        results: as :func:`vitbook.studies.transfer_digits.load_results` returns them; only
-            ``results["settings"]`` is read: setting -> shots -> ``{"runs": [...]}``, each run
-            with ``test_accuracy`` and ``train_images``.
-        title: a title over both panels (none by default).
+    Left: scratch, linear probe and fine-tuning (longer budgets hollow beside "all"); right:
+    fine-tuning at 8 px against 12 px. Lines through the mean, bands from the lowest to the
+    highest seed, a dot per seed, log x. Reads ``results["settings"]`` of
+    :func:`vitbook.studies.transfer_digits.load_results`.
 
     Raises:
         ValueError: the results have none of the three methods.

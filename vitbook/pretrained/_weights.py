@@ -1,10 +1,8 @@
 """Reading and writing weight files safely: every failure names the file and says what to do.
 
-A safetensors file is an 8-byte header length, a JSON header (names, dtypes, shapes, offsets and
-string metadata) and the raw tensor bytes. The header can be read without touching the tensors, so
-a loader checks names, shapes and counts first and allocates only what the file really holds. A
-``.bin`` file is a pickle; ``torch.load(..., weights_only=True)`` refuses anything but tensors and
-plain containers, and its refusal is reported here in our own words.
+A safetensors header (names, dtypes, shapes, metadata) is read and checked before any tensor is;
+a ``.bin`` pickle is loaded with ``torch.load(..., weights_only=True)``, whose refusal is
+reported in our own words.
 
 See chapters: Training and classification; A pretrained ViT.
 """
@@ -142,9 +140,8 @@ def write_atomically(
 ) -> None:
     """Write a safetensors file next to ``path``, then move it into place in one step.
 
-    A reader sees the old file or the new one, never half a file, and a failed write leaves the
-    old file untouched. The file gets the permissions a plain write would give it (an existing
-    file keeps its own) and is on disk before it replaces the old one
+    A reader sees the old file or the new one; the file gets a plain write's permissions (an
+    existing file keeps its own) and is on disk before it replaces the old one
     (:func:`vitbook._files.write_with`).
     """
     from safetensors.torch import save_file
@@ -181,8 +178,7 @@ def _num_tensors(config: ViTConfig) -> int:
 def _check_size(config: ViTConfig, shapes: Mapping[str, tuple[int, ...]]) -> None:
     """Refuse a config out of all proportion to the weights, in time independent of the config.
 
-    This runs before anything the size of the config is built, so that a config claiming a
-    million layers or a huge image fails at once instead of building what it claims.
+    Runs before anything the config's size is built.
     """
     count, values = len(shapes), sum(math.prod(shape) for shape in shapes.values())
     if _num_tensors(config) > 2 * count + 16:

@@ -1,12 +1,9 @@
 """vitbook's own model files: a ``VisionTransformer``'s weights and config in one safetensors file.
 
-A safetensors file holds only tensors and a JSON header, so loading it runs no code (unlike
-unpickling a ``torch.save`` file). :func:`save_model` stores the ``ViTConfig`` fields as JSON under
-the header's metadata key ``"config"``, beside any string entries of the caller (the shipped
-digits model keeps its test accuracy under ``"test_accuracy"``); :func:`load_model` rebuilds the
-model, after checking the header against the tensors, so a file that claims a huge model fails
-before anything is built. safetensors is imported only when a file is read or written. These
-names are re-exported by :mod:`vitbook.pretrained`.
+Loading a safetensors file runs no code. :func:`save_model` stores the ``ViTConfig`` fields as
+JSON under the header's metadata key ``"config"``, beside the caller's string entries;
+:func:`load_model` checks the header against the tensors before building anything.
+safetensors is imported only when a file is read or written.
 
 See chapter: Training and classification.
 """
@@ -47,16 +44,10 @@ SCALE = ".int8_scale"  # the tensor beside an int8 weight that holds its rows' s
 def quantize_int8(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
     """Every weight matrix as 8-bit integers with one fp32 scale per output row.
 
-    A weight ``w`` of shape (out, ...) becomes ``q = round(w / s)`` in int8 (-127 .. 127), with
-    one scale ``s`` for each output row ``o``: ``max |w[o]| / 127`` rounded up to 16 significant
-    bits. Biases, norms, the class token and the position embeddings stay as they are.
-    :func:`dequantize_int8` computes ``q * s``: with 8 bits in ``q`` and 16 in ``s`` the product
-    is exact in fp32, so those values are the model wherever it runs (a web page computes the
-    same numbers), and quantizing them again gives back the same ``q`` and ``s``.
-
-    Returns:
-        ``(tensors, names)``: the int8 weights under their own names, their scales under
-        ``name + ".int8_scale"``, the other tensors unchanged; the names made int8.
+    ``q = round(w / s)`` in -127 .. 127, with ``s = max |w[o]| / 127`` per output row rounded up
+    to 16 significant bits, so ``q * s`` is exact in fp32 and quantizing again gives the same
+    ``q`` and ``s``. Biases, norms, tokens and position embeddings stay. Returns ``(tensors,
+    names)``: scales under ``name + ".int8_scale"``; the names made int8.
 
     Example:
         >>> packed, names = quantize_int8({"fc.weight": torch.tensor([[0.5, -1.0], [2.0, 0.1]]),
@@ -118,19 +109,9 @@ def save_model(
 ) -> None:
     """Write a ``VisionTransformer``'s weights and config to a safetensors file, atomically.
 
-    The file is written beside ``path`` and then moved into place, so a reader never sees half a
-    file and a failed write leaves any old file as it was. An existing vitbook model file is
-    replaced; any other existing file only with ``overwrite=True``.
-
-    Args:
-        model: the model; its ``config`` is stored as JSON under the metadata key ``"config"``.
-        path: the file to write.
-        overwrite: replace ``path`` even if it is not a vitbook model file.
-        int8: store the weight matrices as 8-bit integers with a scale per row
-            (:func:`quantize_int8`): a quarter of the size. :func:`load_model` reads them back
-            as the fp32 values ``q * s``, which are then the model.
-        **metadata: further string entries for the header (for example a test accuracy); the
-            key ``"config"`` is reserved.
+    An existing vitbook model file is replaced; any other file only with ``overwrite=True``.
+    ``int8=True`` stores weight matrices by :func:`quantize_int8`. ``**metadata``: further
+    string entries (``"config"`` is reserved).
 
     Raises:
         TypeError: ``model`` is not a ``VisionTransformer``, a metadata value is not a str, or
@@ -238,10 +219,6 @@ def read_metadata(path: str | Path = DIGITS_VIT_PATH) -> dict[str, str]:
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> VisionTransformer:
     """Rebuild a ``VisionTransformer`` from a file written by :func:`save_model`, in eval mode.
-
-    The header is checked before anything is built: the stored config must be valid, and the
-    file's tensors must have exactly the names, shapes and parameter count that the config needs,
-    so a header that claims a huge model fails at once. Weights must be finite.
 
     Raises:
         TypeError: ``path`` is not a path, or ``device`` not a device.

@@ -1,8 +1,7 @@
 """State dicts from timm and Hugging Face ``transformers`` into vitbook's ``VisionTransformer``.
 
-vitbook's parameter names are timm's, so a timm state dict loads as it is; the converter only
-checks it. A Hugging Face ViT names the same tensors differently and keeps the query, key and value
-projections apart, where timm (and vitbook) stack them into one ``qkv`` layer::
+vitbook's names are timm's, so a timm state dict is only checked. A Hugging Face ViT names the
+tensors differently and keeps query, key and value apart::
 
     Hugging Face (files on the Hub)                   vitbook / timm
     vit.embeddings.cls_token                          cls_token                (1, 1, D)
@@ -19,31 +18,17 @@ projections apart, where timm (and vitbook) stack them into one ``qkv`` layer::
     vit.layernorm                                     norm
     classifier                                        head
 
-A distilled DeiT (``DeiTForImageClassificationWithTeacher``, ``model_type="deit"``) has the
-same layers under ``deit.`` instead of ``vit.``, and three more names::
+A distilled DeiT (``model_type="deit"``) has the same layers under ``deit.``, and::
 
     deit.embeddings.distillation_token                dist_token               (1, 1, D)
     cls_classifier                                    head
     distillation_classifier                           head_dist
 
-Its ``position_embeddings`` have two prefix rows (class, distillation), as ``pos_embed`` does
-with ``distilled=True``. Every Hugging Face DeiT has the distillation token, so a DeiT config
-converts to ``distilled=True``; the single ``classifier`` of ``DeiTForImageClassification``
-(which reads the class token and ignores the other) has no counterpart and is refused by name.
-
-Stacking works because both split heads the same way: head h owns output rows
-``h*Dh .. (h+1)*Dh-1`` of each projection. transformers 5 renames its modules in memory
-(``vit.layers.{i}.attention.q_proj``, ``o_proj``, ``mlp.fc1``, ``mlp.fc2``) but writes files with
-the names above; both are accepted. A ``ViTModel`` state dict has no ``vit.`` prefix and no
-classifier (then ``num_classes=0``).
-
-The two libraries also differ in one number: LayerNorm's epsilon is 1e-6 in timm (the value the
-released weights were trained with, Flax's default) and 1e-12 in Hugging Face's ViT config; the
-config's value becomes ``ViTConfig.norm_eps``, so the converted model computes what Hugging Face's
-does.
-
-Nothing is dropped or invented: a key the model has no place for, a parameter the state dict lacks,
-or a shape that does not fit raises a ``ValueError`` that names every such key.
+A DeiT config converts to ``distilled=True``; ``DeiTForImageClassification``'s single
+``classifier`` is refused by name. transformers 5's in-memory names (``vit.layers.{i}...``) are
+accepted too; a ``ViTModel`` gives ``num_classes=0``. Hugging Face's ``layer_norm_eps`` (1e-12)
+becomes ``ViTConfig.norm_eps`` (timm: 1e-6). A key with no place, a missing parameter or a shape
+that does not fit raises a ``ValueError`` naming every such key.
 
 See chapter: A pretrained ViT.
 """
@@ -144,16 +129,8 @@ def from_timm_state_dict(
 ) -> VisionTransformer:
     """A ``VisionTransformer`` holding a timm ViT's weights, in eval mode.
 
-    The names are the same, so this only checks: every key must be one of the model's, every
-    parameter must be present, every shape must fit. A timm state dict does not say how many heads
-    the model has, so the config is an argument.
-
-    Args:
-        state_dict: e.g. the ``state_dict()`` of
-            ``timm.create_model("vit_base_patch16_224", pretrained=True)``.
-        config: a ``ViTConfig``, or a preset name such as ``"ViT-B/16"`` (timm's LayerNorm epsilon,
-            1e-6, is the default).
-        **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
+    The names are the same, so this only checks keys and shapes. ``config`` is a ``ViTConfig``
+    or a preset name such as ``"ViT-B/16"`` (a timm state dict does not say the number of heads).
 
     Raises:
         TypeError: ``state_dict`` is not a mapping of tensors, or ``config`` is neither type.
@@ -219,17 +196,9 @@ def from_hf_state_dict(
 ) -> VisionTransformer:
     """A ``VisionTransformer`` holding a Hugging Face ViT's or DeiT's weights, in eval mode.
 
-    Accepts the state dict of a ``ViTForImageClassification`` or a ``ViTModel``, or, with a DeiT
-    config, of a ``DeiTForImageClassificationWithTeacher`` or a ``DeiTModel`` (a distilled
-    vitbook ViT), with the names of the files on the Hub (and transformers 4) or of
-    transformers 5 modules. Query, key and value are stacked into ``qkv``; ``layer_norm_eps``
-    becomes ``norm_eps``.
-
-    Args:
-        state_dict: e.g. ``safetensors.torch.load_file("model.safetensors")``.
-        hf_config: its ``transformers.ViTConfig`` or ``DeiTConfig``, or the dict of its
-            ``config.json``.
-        **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
+    Takes a ``ViTForImageClassification``, ``ViTModel``, ``DeiTForImageClassificationWithTeacher``
+    or ``DeiTModel`` state dict, and its config (a ``transformers`` config or the dict of its
+    ``config.json``).
 
     Raises:
         TypeError: the arguments are not a mapping of tensors and a config.
@@ -318,10 +287,7 @@ def _why_not(name: str, model_type: str) -> str:
 def to_hf_state_dict(model: VisionTransformer) -> dict[str, torch.Tensor]:
     """A vitbook ViT's weights under the names of a Hugging Face ``ViTForImageClassification``.
 
-    The inverse of :func:`from_hf_state_dict`, for the names of files on the Hub: ``qkv`` is split
-    back into query, key and value. Only models that Hugging Face's ViT can express convert: a
-    class token, learned positions, class-token pooling, a patch embedding. A distilled model
-    gets the names of a ``DeiTForImageClassificationWithTeacher``.
+    The inverse of :func:`from_hf_state_dict` (a distilled model gets DeiT's names).
 
     Raises:
         TypeError: ``model`` is not a ``VisionTransformer``.

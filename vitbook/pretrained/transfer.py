@@ -1,23 +1,9 @@
-"""Transfer: a pretrained ViT adapted to a new task, as the ViT paper fine-tunes.
+"""Transfer: a pretrained ViT adapted to a new task, as the ViT paper fine-tunes (Section 3.2).
 
-The paper pre-trains on a large data set and then, for each downstream task, "removes the
-pre-trained prediction head and attaches a zero-initialized D x K feedforward layer" (Section
-3.2); :meth:`vitbook.VisionTransformer.reset_classifier` does that, and
-``load_pretrained(..., num_classes=K)`` does it on loading. From there:
-
-- **Full fine-tuning** trains every weight, with the recipe of the paper's Appendix B.1.1 and
-  Table 4 (:data:`FINETUNE_RECIPE`: SGD with momentum 0.9, no weight decay, gradients clipped at
-  global norm 1, cosine decay; the learning rate chosen on a validation split).
-- **A linear probe** trains the new head only: :func:`freeze_body` switches off the gradients
-  of everything else and says what it froze.
-- **A higher resolution** keeps the patch size, so the grid of patches grows and the learned
-  position embeddings are interpolated in 2D to the new grid (Section 3.2):
-  :func:`change_resolution`.
-- **The checkpoint's preprocessing**: a pretrained model expects pixels resized to its size and
-  normalised with the mean and standard deviation it was trained with (0.5 and 0.5 per channel
-  for google/vit-base-patch16-224, not ImageNet's statistics). :func:`with_preprocessing` puts
-  both inside the model (:class:`Preprocess`), so that training and evaluation take photos of
-  any size in [0, 1], 32 x 32 CIFAR-10 photos included, and the resizing runs on the GPU.
+:meth:`vitbook.VisionTransformer.reset_classifier` attaches a new zero-initialised head; then
+full fine-tuning uses :data:`FINETUNE_RECIPE` (the paper's Appendix B.1.1), a linear probe
+:func:`freeze_body`, a higher resolution :func:`change_resolution`, and the checkpoint's own
+resizing and normalisation :func:`with_preprocessing` (:class:`Preprocess`).
 
 See chapter: Fine-tuning a pretrained ViT.
 """
@@ -62,9 +48,7 @@ FINETUNE_RECIPE: dict[str, object] = {
 class Frozen:
     """What :func:`freeze_body` froze and what it left trainable, by parameter name.
 
-    Fields:
-        frozen, trainable: parameter names, in the model's order.
-        frozen_numbers, trainable_numbers: how many numbers (elements) each group holds.
+    ``frozen_numbers`` and ``trainable_numbers`` count elements.
 
     Example:
         >>> Frozen(("pos_embed",), ("head.weight", "head.bias"), 96, 4).trainable_share
@@ -98,19 +82,8 @@ class Frozen:
 def freeze_body(model: VisionTransformer) -> Frozen:
     """Leave only the classification head trainable: the model becomes a linear probe.
 
-    Every parameter outside ``model.head`` (and ``model.head_dist`` of a distilled model)
-    gets ``requires_grad=False``, so
-    :func:`vitbook.train.fit` (which trains only parameters that require gradients) changes the
-    head alone, and the backward pass stops at it. The frozen body still runs in train mode
-    under ``fit``; with the book's models (no dropout) that changes nothing. Undo it with
-    ``model.requires_grad_(True)``.
-
-    Args:
-        model: a ``VisionTransformer`` with a head (``num_classes > 0``), usually one just
-            given a new zero-initialised head by ``reset_classifier``.
-
-    Returns:
-        A :class:`Frozen` listing both groups; ``print`` it to see them.
+    Sets ``requires_grad=False`` on every parameter outside ``model.head`` (and ``head_dist``);
+    ``model.requires_grad_(True)`` undoes it. Returns a :class:`Frozen` listing both groups.
 
     Raises:
         TypeError: ``model`` is not a ``VisionTransformer``.
@@ -156,25 +129,14 @@ def freeze_body(model: VisionTransformer) -> Frozen:
 class Preprocess(Normalize):
     """Resize images to a model's size, then normalise each channel: a checkpoint's preprocessing.
 
-    A :class:`vitbook.data.cifar.Normalize` with a resize in front.
-
-    The same computation as :meth:`vitbook.pretrained.PretrainedViT.preprocess` (bilinear
-    resizing with antialiasing, then ``(x - mean) / std``), as a layer: put in front of a model,
-    it lets training and evaluation feed pixels in [0, 1] at any size, and it runs on the
-    model's device. ``mean`` and ``std`` are non-persistent buffers, so a state dict holds only
-    the model's weights.
-
-    Args:
-        size: (H, W) the model takes, or one int for a square.
-        mean, std: one number per channel (``std`` > 0).
-
-    Shapes:
-        forward: (B, C, H_in, W_in) -> (B, C, H, W).
+    :meth:`vitbook.pretrained.PretrainedViT.preprocess` as a layer (bilinear with antialiasing,
+    then ``(x - mean) / std``); ``size`` is (H, W) or one int. ``mean`` and ``std`` are
+    non-persistent buffers. Shapes: (B, C, H_in, W_in) -> (B, C, H, W).
 
     Raises:
         ValueError: ``mean`` and ``std`` of different lengths, a non-positive ``std`` or size;
             in ``forward``, images of another number of channels.
-        TypeError: in ``forward``, images that are not floating point (before any resizing).
+        TypeError: in ``forward``, images that are not floating point.
 
     Example:
         >>> preprocess = Preprocess(4, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
@@ -204,11 +166,7 @@ class Preprocess(Normalize):
 class Preprocessed(nn.Module):
     """A ``VisionTransformer`` behind its :class:`Preprocess`: pixels in [0, 1] in, logits out.
 
-    ``config`` is the model's, so :func:`vitbook.train.fit` and ``evaluate`` check labels
-    against its number of classes. Made by :func:`with_preprocessing`.
-
-    Shapes:
-        forward: (B, C, H_in, W_in) in [0, 1] -> (B, num_classes).
+    ``config`` is the model's. Shapes: (B, C, H_in, W_in) -> (B, num_classes).
 
     Example:
         >>> from vitbook import ViTConfig
@@ -242,10 +200,7 @@ class Preprocessed(nn.Module):
 def with_preprocessing(pretrained: PretrainedViT) -> Preprocessed:
     """The model of ``pretrained`` with its own resizing and normalisation in front.
 
-    The result shares its weights with ``pretrained.model`` (training one trains the other),
-    takes images in [0, 1] of any size (32 x 32 CIFAR-10 photos for a 224 px ViT-B/16: resized
-    to 224 x 224 inside, on the model's device) and normalises them with the checkpoint's
-    ``mean`` and ``std``, read from its ``preprocessor_config.json`` by ``load_pretrained``.
+    Shares its weights with ``pretrained.model`` and takes images in [0, 1] of any size.
 
     Raises:
         TypeError: ``pretrained`` is not a :class:`vitbook.pretrained.PretrainedViT`.
@@ -276,26 +231,15 @@ def change_resolution(
 ) -> VisionTransformer:
     """A copy of ``model`` for another image size: same patches, more (or fewer) of them.
 
-    As in the paper's Section 3.2: the patch size stays, so a larger image gives a larger grid
-    (Gh, Gw) and a longer sequence; every weight is copied, and learned position embeddings
-    are interpolated in 2D from the old grid to the new one by
-    :func:`vitbook.resample_pos_embed` (the class token's row is kept). A fixed sine-cosine
-    table is simply made for the new grid. The copy is on the same device, in the same dtype
-    and mode, with the same parameters frozen (``requires_grad``); the original is not changed.
-
-    Args:
-        model: the model to copy.
-        img_size: the new (H, W), or one int, a multiple of the patch size.
-        mode: how to interpolate: ``"bicubic"`` (timm's default), ``"bilinear"`` or
-            ``"nearest"``.
-
-    Returns:
-        A new ``VisionTransformer`` whose config differs in ``img_size`` only.
+    Learned position embeddings are interpolated in 2D (:func:`vitbook.resample_pos_embed`,
+    class token row kept; ``mode`` ``"bicubic"``, ``"bilinear"`` or ``"nearest"``); a sine-cosine
+    table is rebuilt. The copy keeps device, dtype, mode and frozen parameters; only
+    ``config.img_size`` differs.
 
     Raises:
         TypeError: ``model`` is not a ``VisionTransformer``.
         ValueError: a size that is not a multiple of the patch size, an unknown ``mode``, or a
-            model with relative position biases (their tables are sized for one grid).
+            model with relative position biases.
 
     Example:
         >>> from vitbook import ViTConfig

@@ -1,26 +1,12 @@
 """Trained weights: a small digits ViT shipped with the package, and real ViTs from the Hub.
 
-**The shipped model.** The weights live in ``vitbook/assets/digits_vit.safetensors``: a
-safetensors file holds only tensors and a JSON header, so loading it runs no code (unlike
-unpickling a ``torch.save`` file). The header's metadata stores the ``ViTConfig`` fields (key
-``"config"``), the recipe, and the accuracies measured when the file was written: on the
-validation digits, on which the model was accepted (key ``"validation_accuracy"``), and on the
-test digits, read once afterwards (key ``"test_accuracy"``).
-``scripts/train_digits_vit.py`` reproduces the file from scratch. That model
-pools by averaging its patch tokens; a second one, ``digits_vit_cls.safetensors``
-(``load_digits_vit(variant="cls")``, made by ``scripts/train_digits_vit.py --variant cls``),
-reads its prediction from the class token, so that rollout from the class token means something.
-Such files are written and read by :mod:`vitbook.pretrained.checkpoints` (``save_model``,
-``load_model``, ``read_metadata``), whose names are re-exported here.
-
-**Pretrained ImageNet models.** :func:`load_pretrained` downloads a Hugging Face ViT checkpoint
-such as ``google/vit-base-patch16-224`` (ViT-B/16, ImageNet-21k pre-training, ImageNet-1k
-fine-tuning) with ``huggingface_hub``, the optional extra ``pip install "vitbook[pretrained]"``,
-and converts it with :func:`vitbook.pretrained.convert.from_hf_state_dict` into vitbook's own
-``VisionTransformer``; the class names come from the checkpoint's ``id2label``. Downloads are
-cached (``~/.cache/huggingface``). Without a network and without a cached copy it raises
-:class:`PretrainedUnavailableError`, which says what to do. The converters of
-:mod:`vitbook.pretrained.convert` are re-exported here.
+The shipped models are safetensors files in ``vitbook/assets`` (loading one runs no code); their
+metadata hold the ``ViTConfig`` fields (``"config"``), the recipe and the measured
+``"validation_accuracy"`` and ``"test_accuracy"``. ``scripts/train_digits_vit.py`` reproduces
+them. :func:`load_pretrained` converts a Hugging Face ViT checkpoint (``pip install
+"vitbook[pretrained]"``) into vitbook's own ``VisionTransformer``, and raises
+:class:`PretrainedUnavailableError` when it cannot be had. The names of
+:mod:`vitbook.pretrained.checkpoints` and :mod:`vitbook.pretrained.convert` are re-exported here.
 
 See chapters: Training and classification; A pretrained ViT; Fine-tuning a pretrained ViT.
 """
@@ -85,20 +71,10 @@ def load_digits_vit(
 ) -> VisionTransformer:
     """The ViT trained on the digits of :func:`vitbook.data.load_digits_split`, in eval mode.
 
-    It reads 8 x 8 grey images (B, 1, 8, 8) in [0, 1] as a 4 x 4 grid of 2 x 2 patches and
-    returns (B, 10) logits. It was trained on the 1,077 training digits of
-    ``load_digits_split(validation=True)`` and accepted on the 270 validation digits; its
-    accuracies on those and on the 450 test digits are stored in the file's metadata
-    (``read_metadata(path)["validation_accuracy"]``, ``["test_accuracy"]``) and checked by the
-    tests.
-
-    Args:
-        device: where to put the model.
-        variant: ``"mean"``, the model the chapters study (``DIGITS_VIT_PATH``): mean pooling of
-            the patch tokens, though it has a class token, which attention uses and the head
-            never reads; validation and test accuracy at least 0.98. ``"cls"``
-            (``DIGITS_VIT_CLS_PATH``): the same size, read out from the class token
-            (``pool="cls"``), as in the ViT paper; validation and test accuracy at least 0.97.
+    It maps (B, 1, 8, 8) grey digits in [0, 1] (a 4 x 4 grid of 2 x 2 patches) to (B, 10) logits.
+    ``variant="mean"`` (``DIGITS_VIT_PATH``, the chapters' model) mean-pools the patch tokens;
+    ``"cls"`` (``DIGITS_VIT_CLS_PATH``) reads the class token. The accuracies are in the file's
+    metadata (:func:`read_metadata`).
 
     Raises:
         ValueError: an unknown ``variant``.
@@ -125,18 +101,10 @@ def load_digits_vit(
 def load_cifar10_vit(device: str | torch.device = "cpu") -> torch.nn.Sequential:
     """The ViT trained on CIFAR-10 on a CPU, in eval mode, taking photos in [0, 1].
 
-    A ViT of the book's own code (D = 192, 6 blocks, 4 x 4 patches of a 32 x 32 photo, read out
-    from its class token) trained from scratch on 45,000 CIFAR-10 training photos on two CPU
-    cores (``vitbook.studies.cpu_photos``; ``scripts/ship_cifar10_vit.py`` made the file from
-    the recorded run). Its weight matrices are stored as 8-bit integers with one scale per row
-    (:func:`vitbook.pretrained.checkpoints.quantize_int8`); the model is their fp32 values.
-    The file's metadata holds its accuracies: ``read_metadata(CIFAR10_VIT_PATH)``.
-
-    Returns:
-        ``nn.Sequential(Normalize(mean, std), VisionTransformer)``: index 0 subtracts CIFAR-10's
-        per-channel mean and divides by its standard deviation, index 1 is the ViT; it maps
-        (B, 3, 32, 32) photos in [0, 1] to (B, 10) logits in the order of
-        :data:`vitbook.data.cifar.CIFAR10_CLASSES`.
+    Returns ``nn.Sequential(Normalize(mean, std), VisionTransformer)`` (D = 192, 6 blocks, 4 x 4
+    patches), mapping (B, 3, 32, 32) to (B, 10) logits in the order of
+    :data:`vitbook.data.cifar.CIFAR10_CLASSES`. The file stores int8 weights with a scale per
+    row (:func:`vitbook.pretrained.checkpoints.quantize_int8`) and its accuracies in the metadata.
 
     Example:
         >>> model = load_cifar10_vit()
@@ -159,9 +127,6 @@ def load_cifar10_vit(device: str | torch.device = "cpu") -> torch.nn.Sequential:
 class PretrainedUnavailableError(OSError):
     """The weights cannot be had here: no network and no cached copy, or no ``huggingface_hub``.
 
-    The message says what to do. A notebook can catch it and fall back to the shipped digits
-    model (:func:`load_digits_pretrained`).
-
     See chapter: A pretrained ViT.
     """
 
@@ -173,14 +138,12 @@ class PretrainedViT:
     Fields:
         model: the model, in eval mode.
         class_names: one name per logit.
-        mean, std: per-channel normalisation the model was trained with, applied after scaling
-            pixels to [0, 1].
+        mean, std: per-channel normalisation, applied after scaling pixels to [0, 1].
         source: where the weights came from, for captions.
 
     Raises:
-        TypeError / ValueError: on creation, a model that is not a ``VisionTransformer``, class
-            names not one per logit, or ``mean`` / ``std`` not one finite number per channel
-            (``std`` > 0); in ``preprocess``, images that are not (B, C, H, W) floats.
+        TypeError / ValueError: on creation, a wrong model, names, ``mean`` or ``std``; in
+            ``preprocess``, images that are not (B, C, H, W) floats.
 
     Example:
         >>> bundle = load_digits_pretrained()
@@ -225,11 +188,8 @@ class PretrainedViT:
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         """Images in [0, 1], (B, C, H, W) or (C, H, W), resized to the model's size, normalised.
 
-        Resizing is bilinear with antialiasing and does not keep the aspect ratio; crop first
-        (``vitbook.data.sample_image`` crops to the centre) to avoid stretching.
-
-        Returns:
-            (B, C, H', W') with (H', W') = ``model.config.img_size``.
+        Bilinear with antialiasing, not keeping the aspect ratio: crop first. Returns
+        (B, C, H', W') with (H', W') = ``model.config.img_size``.
         """
         if not isinstance(images, torch.Tensor) or not images.is_floating_point():
             raise TypeError(
@@ -254,9 +214,6 @@ class PretrainedViT:
 
 def load_digits_pretrained(device: str | torch.device = "cpu") -> PretrainedViT:
     """The shipped digits ViT (:func:`load_digits_vit`) as a :class:`PretrainedViT`.
-
-    Its images are grey digits (1 channel, 8 x 8) in [0, 1], used without normalisation; its
-    class names are ``"0"`` to ``"9"``.
 
     See chapter: A pretrained ViT.
     """
@@ -361,37 +318,28 @@ def load_pretrained(
 ) -> PretrainedViT:
     """A Hugging Face ViT checkpoint as vitbook's own ``VisionTransformer``, with class names.
 
-    Reads ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``, unpickled with
-    ``weights_only=True``) and ``preprocessor_config.json`` from a local folder or from the Hub,
-    through the Hugging Face cache, and converts them with :func:`from_hf_state_dict`.
+    Reads ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin`` with
+    ``weights_only=True``) and ``preprocessor_config.json`` from a local folder or the Hub.
 
     Args:
-        name: a Hub repository such as ``"google/vit-base-patch16-224"``, or a local folder
-            (for example one written by ``ViTForImageClassification.save_pretrained``).
-        revision: a branch, tag or commit of the repository; the default is ``main``.
-        cache_dir: the Hugging Face cache to use instead of the default.
-        local_files_only: never use the network; read the cache only.
-        device: where to put the model.
-        num_classes: for fine-tuning on another task: replace the checkpoint's head by a new,
-            zero-initialised one with this many classes, as the ViT paper does
-            (``VisionTransformer.reset_classifier``); ``None`` keeps the checkpoint's head.
+        name: a Hub repository such as ``"google/vit-base-patch16-224"``, or a local folder.
+        revision: a branch, tag or commit; ``main`` by default.
+        local_files_only: read the cache only, never the network.
+        num_classes: replace the head by a new zero-initialised one with this many classes;
+            ``None`` keeps the checkpoint's.
         class_names: names for the new head's classes (one per class); without them, with
             ``num_classes``, they are ``"class 0"``, ``"class 1"``, ...
         **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
 
     Returns:
-        A :class:`PretrainedViT`; ``mean`` and ``std`` come from the preprocessor config
-        (0.5 per channel, the ViT image processor's default, when there is none), also with a
-        new head: a fine-tuned model still takes its inputs the way it was pre-trained.
+        A :class:`PretrainedViT` with ``mean`` and ``std`` of the preprocessor config (0.5 when
+        there is none), also with a new head.
 
     Raises:
         PretrainedUnavailableError: offline with no cached copy, or huggingface_hub missing.
-        ValueError: an unknown repository or revision, missing files, a file that is not valid
-            JSON, safetensors or a pickle of tensors only (named; a pickle holding other objects
-            is refused, never unpickled), a config whose size does not match the weights (checked
-            before the model is built), non-finite weights, a mean or std that is not one
-            number per channel, or weights that do not convert (see
-            :func:`from_hf_state_dict`).
+        ValueError: an unknown repository or revision; missing, invalid or non-finite files; a
+            pickle holding more than tensors (never unpickled); a config that does not match
+            the weights; weights that do not convert (:func:`from_hf_state_dict`).
         TypeError: a mistyped argument or config entry.
         ValueError: ``class_names`` without ``num_classes`` or not one per class.
 

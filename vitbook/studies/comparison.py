@@ -1,29 +1,11 @@
 """Paired comparisons of two recorded settings over the same seeds.
 
-The book's recorded results run every setting with the same seeds, and a seed fixes the data's
-order (and, where two settings build the same model, its initial weights), so the fair question
-is not "is mean A above mean B" but "how far apart are A and B seed by seed, and could that be
-noise". :func:`paired_difference` answers it: the mean of the per-seed differences A - B, its
-standard error, a 95% interval from Student's t with n - 1 degrees of freedom, how many seeds
-agree in sign (and how many tie), and the exact two-sided sign-flip p-value. Where the interval
-holds 0 the data cannot tell the two settings apart, and a sentence of the book that compares
-them must say so (:meth:`PairedDifference.verdict`).
-
-What the interval covers, and what it assumes:
-
-- It is over the training randomness the seeds vary (initial weights, batch order,
-  augmentation draws) on one fixed training subset and fixed validation and test images:
-  ``vitbook.studies.experiments.training_subset`` draws its permutation once, with seed 0. A new
-  subset or a new validation split adds variance the interval does not hold.
-- The t interval assumes the seed-to-seed differences are roughly normal. The sign-flip test
-  assumes only that each difference is symmetric about 0 were A and B alike (A and B
-  exchangeable within a seed). Two-sided and paired, it cannot go below 2 / 2**n with n seeds
-  (0.0625 for 5, 0.25 for 3), and each tie doubles that floor (0.125 for 5 seeds, 1 tie). So
-  five seeds that all agree give 0.0625 however far apart the settings are: the p marks how
-  many agree, not how near 0 the interval starts. Three tests can go lower: the unpaired
-  exact rank-sum test over the runs (:func:`rank_sum_p`; 2 / 252 for 5 runs each, exact where
-  the two settings' runs share nothing), a one-sided sign-flip test declared before the runs
-  (1 / 32), and six seeds (2 / 64).
+:func:`paired_difference` gives the mean of the per-seed differences A - B, its standard error,
+a 95% Student's t interval (n - 1 degrees of freedom), how many seeds agree in sign, and the
+exact two-sided sign-flip p-value (:func:`sign_flip_p`); where the interval holds 0, the seeds
+cannot tell the settings apart (:meth:`PairedDifference.verdict`). :func:`rank_sum_p` is the
+unpaired exact rank-sum test. The interval covers the training randomness the seeds vary, on
+fixed training, validation and test images. Why, and what each test assumes: the chapter.
 
 See chapter: How this book compares two settings.
 """
@@ -46,7 +28,7 @@ __all__ = [
 
 # Student's t, the 97.5% point, for 1 to 30 degrees of freedom (two-sided 95%), to 5 decimals
 # (scipy.stats.t.ppf(0.975, df) rounded; the published tables agree to their 3 or 4 decimals).
-# Three decimals were too few: a bound that sits on a rounding boundary printed one digit off.
+# Five, not three: with three, a bound on a rounding boundary prints one digit off.
 _T975 = (
     12.70620, 4.30265, 3.18245, 2.77645, 2.57058, 2.44691, 2.36462, 2.30600, 2.26216, 2.22814,
     2.20099, 2.17881, 2.16037, 2.14479, 2.13145, 2.11991, 2.10982, 2.10092, 2.09302, 2.08596,
@@ -58,8 +40,7 @@ SIGN_FLIP_MAX_SEEDS = 20
 
 def t_quantile_975(df: int) -> float:
     """Student's t at 0.975 for ``df`` degrees of freedom: the half-width of a 95% interval in
-    standard errors. Exact to 5 decimals up to 30; beyond, the first four terms of the
-    Cornish-Fisher expansion about the normal quantile 1.959964 (within 2e-6 of the exact value).
+    standard errors, exact to 5 decimals up to 30, then Cornish-Fisher (within 2e-6).
 
     Example:
         >>> t_quantile_975(4)
@@ -83,19 +64,9 @@ def t_quantile_975(df: int) -> float:
 def sign_flip_p(differences: list[float]) -> float | None:
     """The exact two-sided paired sign-flip (permutation) p-value of the mean difference.
 
-    Were the two settings alike, each seed's difference A - B would be symmetric about 0: A and
-    B could swap within a seed. The test flips the signs in all 2**n ways and counts the
-    patterns whose mean is at least as far from 0 as the observed one: p = that count / 2**n.
-    It assumes no normality, but with n seeds it cannot go below 2 / 2**n (all seeds agree):
-    0.0625 for 5 seeds, 0.25 for 3. A tie (a difference of 0) flips to itself, so each tie
-    doubles the floor: 0.125 for 5 seeds with 1 tie.
-
-    Args:
-        differences: the per-seed differences (any order).
-
-    Returns:
-        p in (0, 1]; None for more than ``SIGN_FLIP_MAX_SEEDS`` seeds (too many patterns to
-        enumerate) or for none.
+    Counts the 2**n sign patterns whose mean is at least as far from 0 as the observed one. The
+    floor is 2 / 2**n, doubled by each tie. Returns p in (0, 1]; None for no differences or more
+    than ``SIGN_FLIP_MAX_SEEDS``.
 
     Example:
         >>> sign_flip_p([0.02, 0.03, 0.01, 0.04, 0.05])  # all five agree: 2 of 32 patterns
@@ -127,20 +98,9 @@ def rank_sum_p(a: Iterable[float], b: Iterable[float]) -> float | None:
     """The exact two-sided rank-sum (Wilcoxon-Mann-Whitney) p-value of two settings' runs,
     unpaired.
 
-    Were the two settings alike, all their runs would be exchangeable: any split of them into
-    groups of len(a) and len(b) as likely as the one observed. The test ranks the pooled runs
-    (ties share their mean rank), enumerates every split, and counts those whose rank sum for
-    ``a`` is at least as far from its mean as the observed one. It ignores which runs share a
-    seed: exact where the settings' runs share nothing, and usually conservative where runs
-    of one seed are positively correlated. Its floor is 2 / C(n_a + n_b, n_a): 2 / 252 = 0.0079
-    for 5 runs each, reached when every run of one setting is below every run of the other.
-
-    Args:
-        a, b: the runs' values (an accuracy each), or mappings seed -> value.
-
-    Returns:
-        p in (0, 1]; None when either side is empty or there are more than
-        ``RANK_SUM_MAX_SPLITS`` splits to enumerate.
+    ``a``, ``b``: values, or mappings seed -> value; ties share their mean rank. The floor is
+    2 / C(n_a + n_b, n_a). Returns p in (0, 1]; None when a side is empty or there are more than
+    ``RANK_SUM_MAX_SPLITS`` splits.
 
     Example:
         >>> round(rank_sum_p([0.97, 0.96, 0.98], [0.91, 0.95, 0.90]), 4)  # apart: 2 of 20
@@ -170,16 +130,9 @@ def rank_sum_p(a: Iterable[float], b: Iterable[float]) -> float | None:
 class PairedDifference:
     """A - B over the seeds both were recorded with.
 
-    Attributes:
-        n: how many seeds are paired.
-        mean: the mean of the per-seed differences A - B.
-        se: its standard error (sd of the differences / sqrt(n)); None for one seed.
-        low, high: the 95% interval of the mean difference (Student's t, n - 1 degrees of
-            freedom); None for one seed.
-        positive, negative: how many seeds have A above B, and below (ties count in neither).
-        differences: the per-seed differences, by seed.
-        sign_flip: the exact two-sided sign-flip p-value (:func:`sign_flip_p`); None beyond
-            ``SIGN_FLIP_MAX_SEEDS`` seeds.
+    ``se``, ``low``, ``high`` (the 95% t interval) are None for one seed; ``positive`` and
+    ``negative`` count seeds with A above and below B; ``differences`` is by seed; ``sign_flip``
+    is :func:`sign_flip_p`'s p.
     """
 
     n: int
@@ -195,7 +148,7 @@ class PairedDifference:
     @property
     def tells(self) -> bool:
         """True when the 95% t interval excludes 0: the seeds support an order of A and B,
-        if their differences are roughly normal (see :attr:`sign_flip` for a test without)."""
+        if their differences are roughly normal."""
         return self.low is not None and (self.low > 0 or self.high < 0)
 
     @property
@@ -217,11 +170,8 @@ class PairedDifference:
         self, *, scale: float = 100.0, unit: str = " points", digits: int = 1, p: bool = False
     ) -> str:
         """The difference as the book writes it, in percentage points by default:
-        ``+2.4 points (95% interval -4.9 to +9.7; 3 of 5 seeds agree)``, with ``, 1 tie`` where
-        seeds tie, and with ``p=True`` the sign-flip p-value after them (``; sign-flip p
-        0.0625``), for an interval near 0 that a sentence wants to qualify. A bound that would
-        round to 0 keeps its sign and the digits that show its side (``+0.002``, ``\u22120.03``),
-        so that the printed interval says whether it holds 0; only an exact 0 prints ``0.0``.
+        ``+2.4 points (95% interval -4.9 to +9.7; 3 of 5 seeds agree)``; ``p=True`` adds the
+        sign-flip p. A bound that would round to 0 keeps its sign (``+0.002``).
 
         Example:
             >>> d = paired_difference({0: 0.9, 1: 0.8, 2: 0.7}, {0: 0.8, 1: 0.8, 2: 0.6})
@@ -238,9 +188,8 @@ class PairedDifference:
 
     def cell(self, *, scale: float = 100.0, digits: int = 1, p: bool = False) -> str:
         """The difference as a table cell of three short lines: the mean, the 95% interval and
-        how many seeds agree in sign (``+2.4``, ``-4.9 to +9.7``, ``3 of 5``, or ``3 of 5, 2
-        tie``); with ``p=True`` a fourth, the sign-flip p-value (``p 0.0625``). The cell wraps
-        between its lines, never inside a number, so that a table of them fits a phone."""
+        how many seeds agree in sign (``+2.4``, ``-4.9 to +9.7``, ``3 of 5``); ``p=True`` adds
+        ``p 0.0625``. It wraps between lines, never inside a number."""
         mean = _signed(self.mean, scale, digits)
         if self.low is None:
             return f"{mean}\none seed"
@@ -273,7 +222,7 @@ _MORE_DIGITS = 4
 
 def _bound(value: float, scale: float, digits: int) -> str:
     """An interval's end as :func:`_signed` writes it, except that one that would print as 0.0
-    but is not 0 keeps its sign and enough digits to show its side: +0.002, \u22120.03.
+    but is not 0 keeps its sign and enough digits to show its side.
 
     Example:
         >>> _bound(0.00002, 100, 1), _bound(-0.00032, 100, 1), _bound(0.0, 100, 1)
@@ -322,15 +271,11 @@ def _same_units(a: dict[int, float], b: dict[int, float]) -> None:
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> PairedDifference:
     """A - B, seed by seed, with its standard error, 95% interval, sign count and sign-flip p.
 
-    Args:
-        a, b: seed -> the value (an accuracy, say) that setting reached with that seed. Both must
-            hold the same seeds: a seed one of them lacks is an error, never silently dropped.
+    ``a`` and ``b`` map seed -> value and must hold the same seeds.
 
     Raises:
         TypeError: when ``a`` or ``b`` is not a mapping of int seeds.
-        ValueError: when the seeds differ, none are given, a value is not finite, or one side
-            holds percentages (all in (1, 100], 20 times the other's mean or more) and the
-            other fractions (all in [0, 1]).
+        ValueError: different seeds, none, a non-finite value, or percentages beside fractions.
 
     Example:
         >>> d = paired_difference({0: 0.90, 1: 0.85, 2: 0.88}, {0: 0.86, 1: 0.86, 2: 0.83})

@@ -1,92 +1,11 @@
 """A miniature of DeiT on the digits: can a small ViT beat the CNN that taught it?
 
-Every model trains on the same ``FRACTION`` of the training digits of
-:func:`vitbook.data.load_digits_split` (``validation=True``): a stratified, nested subset
-(:func:`vitbook.studies.experiments.training_subset`), the small-data regime of the chapter
-*Training and classification*, where a CNN of the same size is far ahead of the ViT. The settings
-(``SETTINGS``):
-
-- ``"CNN teacher"``: :class:`vitbook.baselines.DigitsCNN` with the data-size experiment's widths
-  (about as many parameters as the ViT), trained first; it is the convnet teacher.
-- ``"ViT, scratch"``: the student's architecture without a distillation token (``STUDENT``: a
-  class token, 2D sine-cosine positions), trained on the labels alone. It is also the ViT
-  teacher: a teacher of the same architecture as the student, trained on the same images.
-- ``"hard, CNN teacher"``, ``"soft, CNN teacher"``: the distilled student (``distilled=True``),
-  its class head on the labels and its distillation head on the CNN's hard decisions or on its
-  softened probabilities (:class:`vitbook.train.distill.DistillationLoss`, DeiT's ``alpha=0.5`` and
-  ``tau=1``).
-- ``"hard, ViT teacher"``: the same with the ViT teacher.
-- ``"hard, class token only"``: no distillation token; the one head gets both targets (the
-  usual distillation that DeiT compares its token with).
-- ``"conv stem"``: the scratch ViT with a convolutional stem (``stem="conv"``: Xiao et al.'s
-  log2(P) = 1 stride-2 3 x 3 convolution and a 1 x 1 projection at P = 2), trained on the labels.
-  The stem costs a few per cent more multiply-accumulates; no block is removed (Xiao et al.
-  remove one to pay for a stem that costs about a block, which this one does not).
-- ``"ViT, scratch, mixed"`` and ``"hard, CNN teacher, mixed"``: the scratch ViT and the
-  hard-distilled student with DeiT's MixUp and CutMix on top of the shifts (``MIX``, one draw
-  per batch; the label smoothing then goes into the mixed targets). On a mixed digit the
-  teacher's decision can differ from the mixed label, as it does in DeiT on ImageNet; the
-  teacher itself was trained without mixing.
-
-The controls (recorded later, by the same script, appended to the same file):
-
-- ``"ViT, mean-pooled"``: the book's own ViT, no class token and mean pooling over the patch
-  tokens (:data:`vitbook.studies.experiments.BASE_VIT`), on the same digits with the same recipe.
-- ``"token, no teacher"``: the distilled student's architecture with no teacher, both heads on
-  the labels (``DistillationLoss(None, "none")``): what the second token does by itself.
-- ``"soft, CNN teacher, batchmean"``: soft distillation with the usual per-image KL
-  (``kl_reduction="batchmean"``), ten times the weight of DeiT's per-class mean on 10 classes.
-
-DeiT's protocol (recorded after the controls, by the same script, appended to the same file):
-
-- ``"CNN teacher, mixed"`` and ``"hard, mixed CNN teacher, mixed"``: a CNN teacher trained
-  with the students' MixUp and CutMix, as DeiT trained its RegNet "with the same data and same
-  data-augmentation", and the mixed hard student that learns from it.
-- ``"ViT, scratch, 300 epochs"`` and ``"hard, CNN teacher, 300 epochs"``: three times the
-  schedule (``"epochs"``; the same 5 warm-up epochs, then a cosine over the rest), DeiT's 300
-  epochs against the miniature's 100; the teacher is the 100-epoch CNN teacher.
-- ``"soft, CNN teacher, τ 3, λ 0.1"``: the soft constants of DeiT's paper (Section 6) in
-  place of its code's defaults (``"tau"``, ``"alpha"``), with DeiT's per-class mean.
-- ``"weak CNN teacher"`` and ``"hard, weak CNN teacher"``: the CNN trained on ``WEAK_FRACTION``
-  of the training digits (``"fraction"``: 109 of the 536), about as accurate as the ViT
-  trained alone on all 536, as DeiT's RegNetY-16GF was about as accurate as DeiT-B alone; the
-  hard student learns from it on the 536.
-- ``"soft, CNN teacher, batchmean, rerun"``: the batchmean control again (``"rerun_of"``; the
-  same training), recorded on the machine type of the nine settings, so that it pairs with
-  ``"soft, CNN teacher"`` on one machine, teachers included.
-
-Every run uses the recipe of :mod:`vitbook.studies.experiments` (``RECIPE``: 100 epochs of AdamW,
-peak learning rate 5e-3, weight decay 0.05, batches of 64, 5 epochs of warm-up then a cosine, label
-smoothing 0.1 on the true labels, one-pixel shifts), the same number of steps for every student
-but the 300-epoch ones; the teachers see the students' shifted images. A seed sets the initial
-weights and the order and shifts of the batches; the students of seed s learn from the teachers
-of seed s. What seed s shares across settings (``fit`` draws the order and the shifts from one
-generator seeded with s, and ``torch.manual_seed(s)`` comes before the model is built):
-
-- the order and the shifts of every batch, in every setting without mixing on the same digits
-  (a 300-epoch run shares its first 100 epochs' batches, not their learning rates); the mixed
-  settings share the first epoch's order, and their mixing draws move everything after it;
-- the initial weights where two settings build the same architecture: the scratch ViT, its
-  class-token-only and mixed versions start identical, and so does every distilled student
-  with every other; a distilled student and the mean-pooled ViT share only the patch
-  embedding with the scratch ViT (the extra or missing token changes every draw after it),
-  and the convolutional stem shares nothing; the CNN teachers (plain, mixed, weak) start
-  identical.
-
-Measured per run: the accuracy on the 270 validation digits (what settings are compared by),
-on the 450 test digits (read once per model, at the end), and for a distilled student each
-head's validation accuracy, how often the two heads agree, how often the student agrees with
-the CNN teacher, the cosine similarity of the class and distillation tokens (the learned
-vectors, and their final states); for every ViT the mean attention distance of every head of
-every layer on the validation digits (:func:`vitbook.analysis.mean_attention_distance` with
-``renormalize=True``, so that the one or two prefix tokens do not count as distance 0), its
-parameters and its multiply-accumulates per image (:func:`macs_per_image`). Every run trains
-on one CPU thread with deterministic algorithms, so a run repeated on the same machine and
-software gives the same numbers (:func:`reproduce`).
-
-``scripts/run_distillation.py`` runs it and writes ``vitbook/assets/distillation.json``, and
-the CNN teacher of seed 0 to ``vitbook/assets/digits_cnn_teacher.safetensors``
-(:func:`load_teacher`), which the chapter uses instead of training one while the reader waits.
+Every model of ``SETTINGS`` (CNN teachers, the scratch ViT ``STUDENT``, distilled students and
+controls) trains on ``FRACTION`` of the training digits with ``experiments.RECIPE``; the
+students of seed s learn from the teachers of seed s. :func:`run_one` trains and measures one
+run, on one CPU thread with deterministic algorithms (:func:`reproduce` repeats it).
+``scripts/run_distillation.py`` writes ``vitbook/assets/distillation.json`` and the seed-0 CNN
+teacher (:func:`load_teacher`).
 
 See chapter: Can a ViT beat the CNN that taught it?
 """
@@ -212,11 +131,8 @@ def build(setting: dict[str, object]) -> nn.Module:
 def macs_per_image(model: nn.Module) -> int:
     """Multiply-accumulates of one 8 x 8 digit through ``model`` (FlopCounterMode / 2).
 
-    A ViT is counted on a copy with ``attn_impl="explicit"``: on a CPU, FlopCounterMode has no
-    formula for the fused ``scaled_dot_product_attention``, and would leave out the products
-    :math:`QK^\\top` and :math:`AV`, which the book counts (chapter *The full model*). The runs of
-    the file's first two provenance entries were counted before this copy was made: their
-    ``macs`` leave those products out, and the chapter recomputes MACs with this function.
+    A ViT is counted on a copy with ``attn_impl="explicit"``, so that :math:`QK^\\top` and
+    :math:`AV` count (FlopCounterMode has no formula for the fused path on a CPU).
 
     Example:
         >>> macs_per_image(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)))  # 64 x 10
@@ -253,14 +169,8 @@ def train_setting(
 ) -> tuple[nn.Module, float]:
     """Train one setting's model with ``RECIPE`` and ``seed`` on one CPU thread.
 
-    Args:
-        label: a key of ``SETTINGS``.
-        seed: sets the initial weights and the batches' order and shifts.
-        teachers: the trained teachers of this seed by kind (``"cnn"``, ``"vit"``), for the
-            distilled settings; a missing one is trained here first.
-
-    Returns:
-        ``(model, seconds)``: the trained model (in eval mode) and its training time.
+    ``teachers`` maps a kind (``"cnn"``, ``"vit"``) to this seed's trained teacher; a missing one
+    is trained first. Returns ``(model, seconds)``, the model in eval mode.
 
     Example:
         >>> model, seconds = train_setting("CNN teacher", seed=0)  # doctest: +SKIP
@@ -322,18 +232,12 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 def run_one(
     label: str, seed: int, teachers: dict[str, nn.Module] | None = None
 ) -> tuple[nn.Module, dict[str, object]]:
-    """Train one setting with one seed and measure it (see the module docstring).
+    """Train one setting with one seed and measure it: ``(model, run)``.
 
-    Returns:
-        ``(model, run)``; ``run`` holds ``seed``, ``validation_accuracy``,
-        ``test_accuracy``, ``seconds``, ``parameters``, ``macs`` (:func:`macs_per_image`), for a
-        setting with a teacher ``teacher_validation_accuracy`` (that teacher's, as trained for
-        this seed in this process; runs recorded before this field lack it) and, for a ViT,
-        ``attention_distance`` ([layer][head] pixels) and ``teacher_agreement`` (with the CNN
-        teacher, on the validation digits); a distilled student also has
-        ``class_head_accuracy``, ``distillation_head_accuracy``, ``head_agreement``,
-        ``token_cosine`` (the learned vectors) and ``final_token_cosine`` (their final states,
-        averaged over the validation digits).
+    ``run`` holds ``seed``, the accuracies, ``seconds``, ``parameters``, ``macs``; with a teacher
+    ``teacher_validation_accuracy``; for a ViT ``attention_distance`` ([layer][head] pixels) and
+    ``teacher_agreement``; for a distilled student the two heads' accuracies,
+    ``head_agreement``, ``token_cosine`` and ``final_token_cosine``.
 
     Example:
         >>> model, run = run_one("CNN teacher", seed=0)  # doctest: +SKIP
@@ -425,11 +329,8 @@ def load_teacher(path: str | Path = TEACHER_PATH) -> DigitsCNN:
 def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
     """The recorded miniature: ``provenance``, the constants, and ``runs[label]`` (one per seed).
 
-    A run's ``"macs"`` field holds one of two conventions. The runs of the first two
-    recordings (``"process"`` 0 and 1: the nine settings and the first controls, 60 runs) count
-    a ViT without the attention products QK^T and AV, which the fused attention hides from
-    PyTorch's counter on a CPU; the later runs (process 2 on, 40 runs) count them, as their
-    provenance entry's ``"macs"`` says. :func:`macs_per_image` counts every model with them.
+    In processes 0 and 1 a ViT's ``"macs"`` leaves out QK^T and AV; later ones count them (their
+    provenance entry says so), as :func:`macs_per_image` does.
 
     Example:
         >>> results = load_results()  # doctest: +SKIP

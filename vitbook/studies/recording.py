@@ -1,11 +1,8 @@
 """A plan of runs, ``(row, seed)`` in the order they are recorded, and what a possibly partial
 results file holds of it: the recorded runs, the missing ones, the rows with some of their seeds.
 
-A recording that spans many short GPU sessions is read while it is incomplete: a chapter shows
-what is recorded so far, marked partial, with what is missing, and its checks must hold at every
-stage. :func:`progress_of` reads a results file against a plan (each row's epochs and recipe)
-and refuses what does not belong to it; :func:`vitbook.studies.ladder.recording_progress` and
-:func:`vitbook.studies.ladder.load_progress` apply it to the photo ladder's next recording.
+:func:`progress_of` reads a results file against a plan and refuses what does not belong to it;
+:func:`vitbook.studies.ladder.recording_progress` applies it to the photo ladder.
 
 See chapter: Real photos.
 """
@@ -23,18 +20,9 @@ __all__ = ["Progress", "progress_of"]
 class Progress:
     """What a possibly partial recording holds, against its plan.
 
-    Made by :func:`progress_of` (for the photo ladder:
-    :func:`vitbook.studies.ladder.recording_progress`). Runs are ``(row, seed)`` pairs; every tuple
-    is in recording order.
-
-    Fields:
-        order: the plan's runs.
-        recorded: the plan's runs the file holds.
-        missing: the plan's runs it does not hold yet.
-        runs: ``{(row, seed): run}``, the recorded runs as the file has them.
-        provenance: the file's provenance entries (every session or process that wrote runs).
-        other: runs of the file outside the plan (another ladder's rows), left out.
-        source: where the runs came from (a path, or a note that nothing is recorded yet).
+    Runs are ``(row, seed)`` pairs, every tuple in recording order. ``runs`` maps a pair to the
+    file's run, ``provenance`` holds the file's entries, ``other`` the runs outside the plan (left
+    out), ``source`` where the runs came from.
 
     See chapter: Real photos.
     """
@@ -93,8 +81,7 @@ class Progress:
         self, row_a: str, row_b: str, metric: str = "test_accuracy"
     ) -> tuple[dict[int, float], dict[int, float]]:
         """The two rows' values over the seeds both have recorded: what
-        :func:`vitbook.studies.comparison.paired_difference` takes (empty dicts while they share
-        none)."""
+        :func:`vitbook.studies.comparison.paired_difference` takes."""
         a, b = self.values(row_a, metric), self.values(row_b, metric)
         both = sorted(a.keys() & b.keys())
         return {s: a[s] for s in both}, {s: b[s] for s in both}
@@ -116,8 +103,8 @@ class Progress:
         return f"{row} ({_seeds(seeds)} of {', '.join(map(str, planned))}; partial)"
 
     def describe(self) -> str:
-        """The recording's state in a few lines: how much is recorded, each recorded row's
-        label, the rows still missing, and the next run."""
+        """The recording's state in a few lines: how much is recorded, each row's label, the
+        missing rows and the next run."""
         if self.complete:
             head = f"Recorded: all {len(self.order)} runs of the plan."
         elif not self.recorded:
@@ -153,12 +140,8 @@ def progress_of(
 ) -> Progress:
     """What ``results`` holds of the plan ``order``.
 
-    Args:
-        results: ``{"runs": [...], "provenance": [...]}``, possibly without runs; ``None``
-            when nothing is recorded yet.
-        order: the plan's runs, ``(row, seed)``, in recording order.
-        planned: row -> ``(epochs, recipe)``, what each of the plan's runs must record.
-        source: where ``results`` came from (named in errors, kept in the result).
+    ``results`` is ``{"runs", "provenance"}`` or ``None``; ``planned`` maps row ->
+    ``(epochs, recipe)``; ``source`` is named in errors.
 
     Raises:
         vitbook._files.ResultsFileError: no list of runs, a run without row, seed, epochs or

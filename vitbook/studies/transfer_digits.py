@@ -1,35 +1,10 @@
 """A miniature of the ViT paper's transfer protocol, on the digits: pre-train, then fine-tune.
 
-The paper pre-trains on a large data set and fine-tunes on smaller ones. Here the large data set
-is the training digits 0 to 4 of :func:`vitbook.data.load_digits_split`, and the downstream
-task is to tell the digits 5 to 9 apart (relabelled 0 to 4) with 1, 5, 20 or all labelled
-examples per class. Three ways to get a classifier for the new task are compared:
-
-- ``"scratch"``: the same ViT, randomly initialised, trained on the new task alone (AdamW, the
-  recipe of the book's digits models);
-- ``"linear probe"``: the pre-trained ViT, body frozen, a new zero-initialised head trained
-  (:func:`vitbook.pretrained.transfer.freeze_body`);
-- ``"fine-tune"``: the pre-trained ViT with a new zero-initialised head, every weight trained
-  with the paper's fine-tuning recipe (SGD with momentum, no weight decay, gradient clipping at
-  norm 1; :data:`vitbook.pretrained.transfer.FINETUNE_RECIPE`);
-
-and, for the paper's fine-tuning at a higher resolution, ``"fine-tune 12 px"``: the digits are
-upsampled from 8 x 8 to 12 x 12 inside the model, the patch size stays 2, so the grid grows from
-4 x 4 to 6 x 6 patches and the learned position embeddings are interpolated to it
-(:func:`vitbook.pretrained.transfer.change_resolution`); ``"fine-tune 12 px, new positions"``
-replaces them by freshly initialised ones instead, which shows what the interpolation keeps. Two
-more settings, ``"scratch, 1000 steps"`` and ``"fine-tune, 1000 steps"``, train on all the labels
-for ``LONG_STEPS`` steps instead of ``STEPS``: what a longer budget buys each.
-
-The protocol: the validation digits (``VAL_PER_CLASS`` of each new class, held out of the
-training digits 5 to 9) choose each method's learning rate from ``LR_GRID``, separately for
-every number of labels, by the mean validation accuracy over seeds; the 224 test digits 5 to 9
-are read once, for the chosen runs. A seed sets the pre-training, the labelled examples drawn,
-the new model's initialisation and the order of the training images. Every run trains for
-``STEPS`` steps on one CPU thread with deterministic algorithms, so a run repeated on the same
-machine and software gives the same numbers. ``scripts/run_transfer.py`` runs it all and writes
-``vitbook/assets/transfer.json``; the pre-trained model of seed 0 ships as
-``vitbook/assets/digits04_vit.safetensors``.
+Pre-train on the digits 0 to 4, then tell 5 to 9 apart with 1, 5, 20 or all labels per class, by
+each setting of ``SETTINGS`` (scratch, linear probe, fine-tuning, at 12 px). Validation digits
+choose each learning rate from ``LR_GRID``; the test digits are read once, for the chosen runs.
+Runs train on one CPU thread with deterministic algorithms. ``scripts/run_transfer.py`` writes
+``vitbook/assets/transfer.json`` and the seed-0 pre-trained model.
 
 See chapter: Fine-tuning a pretrained ViT.
 """
@@ -142,12 +117,9 @@ SETTINGS: dict[str, tuple[str, ...]] = {
 class TransferData:
     """The digits split for the miniature: pre-training digits, and the new task's four parts.
 
-    Attributes:
-        source, source_test: ``(images (B, 1, 8, 8), labels (B,))`` of the digits 0 to 4
-            (training and test parts of :func:`vitbook.data.load_digits_split`).
-        pool, val, test: the digits 5 to 9 relabelled 0 to 4: the labelled examples are drawn
-            from ``pool``; ``val`` (``VAL_PER_CLASS`` per class, held out of the training
-            digits with a fixed seed) chooses learning rates; ``test`` is the 224 test digits.
+    ``source``, ``source_test``: ``(images (B, 1, 8, 8), labels (B,))`` of the digits 0 to 4.
+    ``pool`` (labelled examples are drawn from it), ``val`` and ``test``: the digits 5 to 9,
+    relabelled 0 to 4.
 
     See chapter: Fine-tuning a pretrained ViT.
     """
@@ -200,8 +172,7 @@ def load_transfer_data() -> TransferData:
 def labelled_subset(labels: torch.Tensor, shots: str, seed: int) -> torch.Tensor:
     """Indices of ``shots`` labelled examples per class (``"all"``: every one), drawn by ``seed``.
 
-    Each class's members are put in a random order drawn from ``seed`` and the first ``shots``
-    are kept, so for one seed the 1-example set lies inside the 5-example set, and so on.
+    For one seed the 1-example set lies inside the 5-example set, and so on.
 
     Example:
         >>> labels = torch.arange(3).repeat(4)  # (12,) four of each class
@@ -228,9 +199,7 @@ def labelled_subset(labels: torch.Tensor, shots: str, seed: int) -> torch.Tensor
 def pretrain(seed: int) -> tuple[VisionTransformer, dict[str, float]]:
     """Pre-train ``MODEL`` on the digits 0 to 4 with ``PRETRAIN_RECIPE`` and ``seed``.
 
-    Returns:
-        ``(model, {"source_test_accuracy", "train_loss", "seconds"})``, the model in eval
-        mode; the accuracy is on the 226 test digits 0 to 4, which nothing else reads.
+    Returns ``(model, {"source_test_accuracy", "train_loss", "seconds"})``, in eval mode.
 
     See chapter: Fine-tuning a pretrained ViT.
     """
@@ -266,8 +235,7 @@ def load_pretrained_digits() -> VisionTransformer:
 def build(setting: str, pretrained: VisionTransformer | None) -> nn.Module:
     """The model a setting starts from: random, or ``pretrained`` with a new head (and size).
 
-    ``pretrained`` is copied, never changed. For the 12 px settings the result is a
-    :class:`vitbook.pretrained.transfer.Preprocessed`: the 8 x 8 digits are upsampled inside it.
+    ``pretrained`` is copied, never changed; a 12 px setting gives a ``Preprocessed`` model.
 
     See chapter: Fine-tuning a pretrained ViT.
     """
@@ -299,16 +267,9 @@ def train_one(
 ) -> tuple[nn.Module, dict[str, object]]:
     """Train one setting on ``shots`` labelled examples per class for ``STEPS`` steps.
 
-    (``LONG_STEPS`` for ``"scratch, 1000 steps"`` and ``"fine-tune, 1000 steps"``.)
-
-    The batch is 64 examples, or all of them when there are fewer; the epochs are as many as
-    ``STEPS`` steps take (the last epoch may add a few), the first tenth of them a linear
-    warm-up, then a cosine decay. The model is initialised (scratch) or its new head drawn
-    after ``torch.manual_seed(seed)``.
-
-    Returns:
-        ``(model, {"seed", "lr", "val_accuracy", "train_loss", "train_images", "steps",
-        "seconds"})``; the test digits are not read here.
+    (``LONG_STEPS`` for the 1000-step settings.) Batches of 64, or all examples when fewer; a
+    tenth of the epochs warm up, then a cosine. Returns ``(model, {"seed", "lr", "val_accuracy",
+    "train_loss", "train_images", "steps", "seconds"})``; the test digits are not read.
 
     Example:
         >>> model, run = train_one("linear probe", "1", 0.1, 0, load_pretrained_digits())
@@ -359,10 +320,8 @@ def evaluate_test(model: nn.Module) -> float:
 def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
     """The recorded miniature, as written by ``scripts/run_transfer.py``.
 
-    Keys: ``settings`` (setting -> shots -> ``{"lr", "runs"}``: the chosen learning rate and one
-    run per seed with its test accuracy), ``sweep`` (every run of the learning-rate choice, with
-    its validation accuracy), ``pretraining`` (one entry per seed), the constants of this module
-    and ``provenance``.
+    Keys: ``settings`` (setting -> shots -> ``{"lr", "runs"}``), ``sweep`` (the learning-rate
+    choice's runs), ``pretraining``, this module's constants and ``provenance``.
 
     Example:
         >>> results = load_results()
@@ -379,8 +338,7 @@ def summary(
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Spread over seeds per setting and number of labels: ``{setting: {shots: {n, mean, ...}}}``.
 
-    Each entry has ``n``, ``mean``, ``std`` (sample standard deviation, divisor n - 1),
-    ``min``, ``max`` and ``lr`` (the learning rate chosen on validation).
+    Each entry has ``n``, ``mean``, ``std`` (divisor n - 1), ``min``, ``max`` and the chosen ``lr``.
 
     Example:
         >>> table = summary(load_results())
@@ -404,9 +362,7 @@ def reproduce(
 ) -> tuple[dict[str, object], dict[str, object]]:
     """Re-run one recorded run with its chosen learning rate: ``(stored, rerun)``.
 
-    Seed 0 starts from the shipped pre-trained model (the one the script wrote), other seeds
-    pre-train again. On the machine and software versions that wrote the file the re-run's
-    ``val_accuracy``, ``train_loss`` and ``test_accuracy`` equal the stored ones.
+    Seed 0 starts from the shipped pre-trained model, other seeds pre-train again.
 
     Raises:
         ValueError: the file has no run for that setting, number of labels and seed.

@@ -1,17 +1,10 @@
 """The panels of an interactive figure: where its frames can be cut into pictures that wrap.
 
-A figure with several panels (an image beside an attention map, a table beside a curve) is drawn
-for a 680 CSS px column. On a phone the column is about 360 px, and one picture of the whole
-figure either shrinks until its text cannot be read or pans sideways, so that the panel a
-control changes may be off-screen. Cut into one picture per panel, laid out in rows that wrap,
-the same pixels fit both: side by side on a desktop, exactly as drawn, and one under the other on
-a phone.
-
-:func:`plan` finds the cuts (a guillotine cut, recursively): straight lines across the figure
-that cross no panel and no ink in any frame. A panel is what matplotlib lays out as one: an
-axes with its title, labels and tick labels (and its colour bar), or a text or legend of the
-figure itself (:func:`element_boxes`). Rows are cut first, then columns, so that a grid of
-panels is read row by row. :func:`cut` then crops every frame into the pieces of the plan.
+Cut into one picture per panel in rows that wrap, a figure drawn for the 680 px column shows
+side by side on a desktop and one panel under the other on a phone. :func:`plan` finds
+guillotine cuts (rows first, then columns) that cross no panel (:func:`element_boxes`: an axes
+with its labels and colour bar, or a figure-level text or legend) and no ink in any frame;
+:func:`cut` crops every frame into the plan's pieces.
 
 See chapter: How the interactive figures work.
 """
@@ -57,9 +50,7 @@ PNG_COMPRESS_LEVEL = 7
 class Piece:
     """One picture of the figure: its slot (a rectangle of the frame) and the columns it shows.
 
-    The slot tiles the frame with the other pieces' slots; ``left`` .. ``right`` is the part of
-    the slot's width that holds ink in some frame (the rest is background, left out of the
-    picture and given back as a margin).
+    ``left`` .. ``right``: the part of the slot's width that holds ink in some frame.
     """
 
     slot: Box
@@ -122,10 +113,7 @@ def element_boxes(fig: Figure, renderer: object, *, narrow: int = NARROW) -> lis
     """The boxes that no cut may cross, in the pixels of ``fig`` as ``renderer`` (the canvas's)
     last drew it, from the top left.
 
-    Each visible axes with everything drawn around it (its tight box), and each text, legend or
-    other artist of the figure itself. A colour bar stays with its axes when the two together
-    fit in ``narrow`` pixels; a wider pair may be cut, the colour bar then wrapping under its
-    map in a narrow column.
+    A colour bar stays with its axes when the pair fits in ``narrow`` pixels.
     """
     height = fig.bbox.height
 
@@ -166,18 +154,14 @@ def element_boxes(fig: Figure, renderer: object, *, narrow: int = NARROW) -> lis
 def plan(inked: np.ndarray, boxes: list[Box], *, narrow: int = NARROW) -> Plan:
     """Cut a figure into pieces along lines that cross no box and no ink.
 
-    The figure's blank border is left out. Side by side pieces that together are no wider than
-    ``narrow`` pixels stay one piece (they fit a phone's column side by side anyway; every
-    picture costs a few hundred bytes of its own).
-
     Args:
         inked: (H, W) bool, the pixels that hold ink in at least one frame (see :func:`ink`).
         boxes: the panels of every frame (see :func:`element_boxes`), in the same pixels.
-        narrow: the width of the narrowest column the figure is shown in, in the frame's
-            pixels (716: the book's 358 CSS px on a phone, at 2 pixels per CSS px).
+        narrow: the narrowest column's width in frame pixels (716: 358 CSS px at 2x); pieces
+            side by side that fit it stay one piece.
 
     Returns:
-        A :class:`Plan`; a figure with nowhere to cut is one piece.
+        A :class:`Plan`, without the blank border; a figure with nowhere to cut is one piece.
 
     Example:
         >>> inked = np.zeros((10, 40), bool)
@@ -253,8 +237,8 @@ def _within(box: Box, region: Box) -> bool:
 
 def _cuts(region: Box, boxes: list[Box], inked: np.ndarray, axis: int) -> list[int]:
     """Where to cut ``region`` across ``axis`` (1: horizontal lines at these y, 0: vertical
-    lines at these x): the middle of every run of free lines with a panel on both sides, on an
-    even pixel so that both pieces keep whole CSS pixels."""
+    lines at these x): the middle of every free run with a panel on both sides, on an even
+    pixel so that both pieces keep whole CSS pixels."""
     x0, y0, x1, y1 = region
     lo, hi = (y0, y1) if axis else (x0, x1)
     free = ~inked[y0:y1, x0:x1].any(axis=axis)
@@ -293,9 +277,8 @@ def cut(plan: Plan, frame: np.ndarray) -> list[np.ndarray]:
 
 
 def encode(rgb: np.ndarray) -> bytes:
-    """A picture (H, W, 3) uint8 as a palette PNG: at most 256 colours, no dithering, so that
-    flat areas stay flat (small files) and text stays sharp; the palette holds only the colours
-    used, which lets a picture of a few colours store fewer bits per pixel."""
+    """A picture (H, W, 3) uint8 as a palette PNG: at most 256 colours, no dithering, and a
+    palette of the colours used only."""
     from PIL import Image
 
     quantised = Image.fromarray(np.ascontiguousarray(rgb)).quantize(
@@ -321,9 +304,8 @@ def encode_pieces(
 ) -> list[tuple[bytes, bytes | None]]:
     """Each piece of one frame as (a digest of its pixels, its PNG).
 
-    ``encoded`` holds (piece index, digest) of the pieces already encoded and given to
-    :func:`collect` in an earlier frame: such a piece comes back as (digest, ``None``), and
-    this frame's new pieces are added to it.
+    A piece already in ``encoded`` ((piece index, digest) of earlier frames) comes back as
+    (digest, ``None``); this frame's new pieces are added to it.
     """
     pieces = []
     for k, piece in enumerate(cut(plan, rgb)):
@@ -341,8 +323,7 @@ def collect(
     plan: Plan, keys: list[str], pieces: list[list[tuple[bytes, bytes | None]]]
 ) -> Pictures:
     """The :class:`Pictures` of frames ``keys``, given each frame's :func:`encode_pieces`: a
-    piece whose pixels repeat another frame's is stored once (a piece without its PNG repeats
-    an earlier frame's)."""
+    piece whose pixels repeat another frame's is stored once."""
     variants: list[list[bytes]] = [[] for _ in plan.pieces]
     seen: list[dict[bytes, int]] = [{} for _ in plan.pieces]
     frames = {}

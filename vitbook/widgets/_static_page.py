@@ -3,21 +3,12 @@
 The output is one ``<div class="vitbook-explorer">`` that needs nothing from outside itself::
 
     <style>             scoped to .vitbook-explorer
-    <div vbx-controls>  one <input type="range"> (value = index, readout in <output>) or <select>
-                        per parameter, in the order of the parameters
-    <div vbx-figure>    the figure, cut into pieces (vitbook.widgets._panels): nested boxes of rows
-                        (stacked) and columns (side by side, wrapping onto the next line when
-                        the column of text is narrower than they are), each piece an
-                        <img vbx-piece> that shows the default frame's picture
-    <script json>       {"first": the default frame's key, "pieces": [[data URI, ...] per
-                        piece], "frames": {"i0,i1,...": [variant of each piece]}}, where ik is
-                        the index of the k-th parameter's value; the default frame's pictures
-                        are in the <img>s only
-    <script>            on every input or change, join the controls' indices into a key and show
-                        that frame's pictures; ES5, no library, no request
-
-On a desktop the pieces sit side by side exactly as the figure was drawn; in a narrow column
-they wrap, each shown whole, so that a panel a control changes is never off to the side.
+    <div vbx-controls>  one <input type="range"> or <select> per parameter, in order
+    <div vbx-figure>    rows and wrapping columns of <img vbx-piece> (vitbook.widgets._panels),
+                        showing the default frame
+    <script json>       {"first": key, "pieces": [[data URI, ...] per piece],
+                        "frames": {"i0,i1,...": [variant of each piece]}}
+    <script>            on each change, show the frame of the controls' indices; ES5, no request
 
 See chapter: How the interactive figures work.
 """
@@ -39,8 +30,7 @@ def render(params: Sequence, pictures: Pictures, *, description: str) -> str:
     """The HTML of one figure, from its parameters (``vitbook.widgets.explorer.Param``) and
     pictures.
 
-    ``description`` starts the alt text of each piece, which the script completes with the
-    controls' values, as ``Explorer.alt`` does.
+    ``description`` starts each piece's alt text; the script adds the controls' values.
     """
     key = ",".join(str(p.default) for p in params)
     first = pictures.frames[key]

@@ -1,10 +1,6 @@
 """explore() and Explorer: one figure with controls, live in a kernel and static in a web page.
 
-:func:`explore` checks its arguments and returns an :class:`Explorer`. ``Explorer.live()`` builds
-the ipywidgets version, ``Explorer.to_html()`` the static one (every frame drawn, palette-quantised
-and embedded, with a short inline script), and displaying an explorer produces one MIME bundle
-holding both. Why, and how the HTML book picks the static one: :mod:`vitbook.widgets`, which is
-also where these names are imported from.
+Imported through :mod:`vitbook.widgets`, which also says how the two views are shown.
 
 See chapter: How the interactive figures work.
 """
@@ -164,26 +160,13 @@ def explore(
     """An interactive figure: one control per parameter, live in a kernel, static in the book.
 
     Args:
-        plot_fn: draws one figure, ``plot_fn(**values) -> matplotlib.figure.Figure``; explore
-            closes each figure once it is turned into a picture.
-        defaults: the value each control starts at (default: the middle value of a slider, the
-            first of a drop-down menu).
-        labels: the text shown next to each control (default: the parameter name).
-        description: what the figure shows, in a few words; with the values of the controls it
-            is the picture's alt text (default: the first line of ``plot_fn``'s docstring, else
-            the function's name and what the controls change).
-        dpi: CSS pixels per inch of figure on the page (default 100, the house style of
-            :mod:`vitbook.plotting.style`); pictures are stored at ``PNG_SCALE`` (2) times that
-            and shown at their CSS size, sharp on high-DPI screens.
-        continuous_update: redraw while a live slider is dragged (only for fast ``plot_fn``).
-        **params: for each parameter of ``plot_fn``, the values to offer: a list, a range, a 1-D
-            array, or a dict ``{label: value}``. All strings give a drop-down menu, anything
-            else a slider; 2 to 4 values of any kind give a menu too (a slider needs at least
-            5 values to be worth moving). A parameter needs at least 2 values: fix the others
-            with ``functools.partial`` or a closure.
-
-    Returns:
-        An :class:`Explorer`; display it (last value of a cell) to get the figure.
+        plot_fn: ``plot_fn(**values) -> matplotlib.figure.Figure``; closed once drawn.
+        defaults: each control's start (default: a slider's middle, a menu's first value).
+        description: the alt text's start (default: the first line of ``plot_fn``'s docstring).
+        dpi: CSS pixels per inch; pictures are stored at ``PNG_SCALE`` times that.
+        continuous_update: redraw while a live slider is dragged.
+        **params: per parameter, its values (a list, range, 1-D array or ``{label: value}``):
+            strings or 2 to 4 values give a menu, otherwise a slider; at least 2 values.
 
     Raises:
         ValueError: no parameter, fewer than 2 values, a name that ``plot_fn`` does not take,
@@ -259,9 +242,6 @@ def explore(
 class Explorer:
     """A figure with controls; build it with :func:`explore`.
 
-    ``live()`` builds the ipywidgets version, ``to_html()`` the static one, and displaying the
-    explorer shows both in one MIME bundle (see the module docstring).
-
     Example:
         >>> from vitbook.plotting import plot_axial_reach
         >>> explorer = explore(plot_axial_reach, grid_size=[(2, 3), (3, 2)], query=range(6))
@@ -310,7 +290,7 @@ class Explorer:
     def png(self, indices: tuple[int, ...], *, palette: bool = False) -> bytes:
         """Draw one frame and return it as PNG bytes (palette-quantised for the static page).
 
-        The PNG holds ``PNG_SCALE`` pixels per CSS pixel: show it at ``size / PNG_SCALE``.
+        ``PNG_SCALE`` pixels per CSS pixel.
         """
         if not palette:
             import matplotlib.pyplot as plt
@@ -330,8 +310,7 @@ class Explorer:
         self, indices: tuple[int, ...], boxes: bool = False
     ) -> tuple[np.ndarray, list[_panels.Box]]:
         """One frame drawn straight into an RGB array, as ``savefig(dpi=..., facecolor="white")``
-        would (no PNG is encoded), and, with ``boxes``, the boxes of its panels
-        (``_panels.element_boxes``, which costs about half a drawing again)."""
+        would, and, with ``boxes``, its panels' boxes (``_panels.element_boxes``)."""
         import matplotlib.pyplot as plt
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -357,10 +336,8 @@ class Explorer:
     def live(self):
         """The live figure: a ``VBox`` of one control per parameter, an ``Image`` and an ``HTML``.
 
-        The picture is an ``ipywidgets.Image`` fed with PNG bytes, a core widget that every
-        widget manager renders (an ``Output`` widget fails to load with some versions of the
-        classic notebook's, widgetsnbextension 3.6.7 to 3.6.10). An error of ``plot_fn`` shows
-        in the ``HTML`` widget under it, in place of the picture.
+        The ``Image`` (a core widget every manager renders) shows PNG bytes; an error of
+        ``plot_fn`` shows in the ``HTML`` widget.
         """
         import html
 
@@ -410,16 +387,9 @@ class Explorer:
     def pictures(self, workers: int | None = None) -> _panels.Pictures:
         """Every frame, cut into one picture per panel (:mod:`vitbook.widgets._panels`), as PNGs.
 
-        Each frame is drawn once. The cuts are the lines that cross no ink in any frame and no
-        panel of the default frame (a figure keeps its layout from frame to frame, and
-        measuring every frame's panels would cost half a drawing each). A piece that looks the
-        same in several frames (the photo beside an attention map that changes with the head)
-        is stored once.
-
-        Args:
-            workers: processes that draw frames side by side; ``None`` reads the environment
-                variable ``VITBOOK_FRAME_WORKERS``, else one per core (at most 4). More than one
-                needs the ``fork`` start method (Linux); elsewhere frames are drawn one by one.
+        Cuts follow lines that cross no ink in any frame; a piece repeated across frames is
+        stored once. ``workers``: drawing processes (``None``: ``VITBOOK_FRAME_WORKERS``, else
+        one per core, at most 4; forking only, so one elsewhere).
 
         Raises:
             ValueError: ``plot_fn`` drew frames of different sizes.
@@ -449,9 +419,7 @@ class Explorer:
         """The static figure: controls, the pieces of every frame, and the script that shows
         the pieces of the frame the controls choose.
 
-        Args:
-            pictures: what :meth:`pictures` returned for this explorer, to be shown without
-                drawing every frame again; by default the frames are drawn now.
+        ``pictures``: what :meth:`pictures` returned, to skip drawing again.
         """
         if pictures is None:
             pictures = self.pictures()

@@ -1,43 +1,16 @@
 """Interactive figures: live sliders in a kernel, kernel-free sliders in the HTML book.
 
-One call in a notebook, ``explore(plot_fn, name=values, ...)``, gives a figure with a control for
-each parameter: a slider when the values are numbers (or anything else), a drop-down menu when
-they are strings. ``plot_fn(**values)`` draws one figure and returns it; :func:`explore` calls it
-for the values that the controls show.
+``explore(plot_fn, name=values, ...)`` gives a figure with a control per parameter (a slider for
+numbers, a drop-down menu for strings); ``plot_fn(**values)`` draws one figure and returns it.
+Displaying the :class:`Explorer` gives one MIME bundle with two views of the figure: a live
+ipywidgets view (``application/vnd.jupyter.widget-view+json``) for notebook front ends, and a
+static ``text/html`` page for the book, every combination drawn once at build time, with no
+request of any kind. Colab skips the static frames. At most :data:`MAX_FRAMES` combinations.
 
-**How one object works in three places.** Displaying an :class:`Explorer` produces one output, a
-MIME bundle with two representations of the same figure:
-
-* ``application/vnd.jupyter.widget-view+json``: live core ipywidgets, a ``SelectionSlider`` or a
-  ``Dropdown`` per parameter above an ``Image``. Moving a control calls ``plot_fn`` in the kernel
-  and replaces the picture (rendered to PNG here, so no matplotlib backend is needed). Notebook
-  front ends with a widget manager (JupyterLab, Notebook, VS Code, Colab) rank this representation
-  first. The widget-view dictionary is written out by hand, the same for ipywidgets 7 (Colab)
-  and 8.
-* ``text/html``: the static figure for the HTML book. At build time every combination of values is
-  drawn once and cut into one picture per panel (``vitbook.widgets._panels``), each a
-  palette-quantised PNG stored as a ``data:`` URI in a JSON block of the page (a panel that repeats
-  across frames once), next to plain ``<input type="range">`` and ``<select>`` controls and a few
-  dozen lines of inline JavaScript that show the pictures for the current controls. The panels sit
-  side by side as drawn on a desktop and wrap in a phone's column, so that a panel a control changes
-  is always in view. No CDN, no script or style from anywhere else, no request of any kind: the
-  page works from disk with the network unplugged. The book's ``_config.yml`` tells the HTML
-  builder to prefer ``text/html`` over the widget view (``nb_mime_priority_overrides``) and not
-  to load the ipywidgets manager and require.js from a CDN (``nb_ipywidgets_js: {}``); the
-  book's Sphinx extension ``book/_ext/offline_book.py`` drops the saved widget state that
-  nothing would read.
-
-In Colab the static frames are skipped (``"google.colab" in sys.modules``): Colab shows the live
-widget, and drawing every frame would only cost time. Without a front end (nbval, a script), both
-representations are built and nothing is shown. At most :data:`MAX_FRAMES` combinations are
-allowed, which keeps a page with several figures under 5 MB.
-
-The machinery lives in :mod:`vitbook.widgets.explorer` (:func:`explore`, :class:`Explorer`) and
-``vitbook.widgets._static_page`` (the HTML and its script); this module re-exports it and adds the
-figures that the chapters use: :func:`patch_explorer`, :func:`sincos_explorer`,
-:func:`position_similarity_explorer`, :func:`attention_explorer` and
-:func:`axial_reach_explorer`, each drawn by a function of :mod:`vitbook.plotting`. ipywidgets is
-imported only when a live widget is built; ``import vitbook`` never imports it.
+The machinery is :mod:`vitbook.widgets.explorer` and ``vitbook.widgets._static_page``; this
+module re-exports it and adds the chapters' figures (:func:`patch_explorer`,
+:func:`sincos_explorer`, :func:`position_similarity_explorer`, :func:`attention_explorer`,
+:func:`axial_reach_explorer`). ipywidgets is imported only when a live widget is built.
 
 See chapter: How the interactive figures work.
 """
@@ -74,9 +47,7 @@ __all__ = [
 def _controls(plot_fn, values: dict[str, object], **options: object) -> Explorer:
     """:func:`explore` with one control per parameter of ``values`` that has 2 or more values.
 
-    A parameter with a single value (the layer of a one-block model, say) is passed to
-    ``plot_fn`` as a constant instead of becoming a control that cannot move. ``options`` go to
-    :func:`explore` (labels, defaults).
+    A parameter with a single value is passed to ``plot_fn`` as a constant.
     """
     fixed, varying = {}, {}
     for name, given in values.items():
@@ -102,8 +73,7 @@ def _controls(plot_fn, values: dict[str, object], **options: object) -> Explorer
 def _grid_queries(gh: int, gw: int, queries: object, most: int) -> dict[str, object]:
     """The ``query`` slider's values and default: the given patches, or every patch up to ``most``.
 
-    Returns keyword arguments for :func:`explore`: ``{"query": {label: index}}`` and a default,
-    the offered patch nearest the centre of the grid.
+    The default is the offered patch nearest the grid's centre.
     """
     if queries is None and gh * gw <= most:
         queries = range(gh * gw)
@@ -134,11 +104,8 @@ def patch_explorer(
 ) -> Explorer:
     """The image cut into patches, the patch size on a slider (see ``plot_patch_grid``).
 
-    Args:
-        image: (C, H, W) float in [0, 1].
-        patch_sizes: the values of P to offer; each must divide H and W. Default: every divisor of
-            both that gives a grid of 2 to 32 patches per side.
-        num_shown: patches of the sequence drawn under the image.
+    ``image`` is (C, H, W) in [0, 1]; ``patch_sizes`` default to every divisor of H and W giving
+    2 to 32 patches a side.
 
     Raises:
         TypeError / ValueError: an image that is not (C, H, W) float, patch sizes that do not
@@ -185,13 +152,11 @@ def sincos_explorer(
 ) -> Explorer:
     """The 1D sine-cosine encoding: a position, a channel and the base on controls.
 
-    Draws :func:`vitbook.plotting.plot_sincos`; the defaults give 16 x 6 x 2 = 192 frames: every
-    fourth position, so that a step of the slider moves the marked row by 4. A single channel or
-    base is fixed instead of becoming a control that cannot move.
+    Draws :func:`vitbook.plotting.plot_sincos`, every fourth position by default.
 
     Raises:
-        TypeError / ValueError: a position outside 0 .. num_positions - 1, a channel outside
-            0 .. dim - 1, a base that is not a number above 1, or sizes that are not positive.
+        TypeError / ValueError: a position or channel out of range, a base not above 1, or sizes
+            that are not positive.
 
     Example:
         >>> sincos_explorer()
@@ -230,19 +195,9 @@ def position_similarity_explorer(
 ) -> Explorer:
     """Similarity of one patch's position embedding to all others, for three kinds of embedding.
 
-    A drop-down menu picks the embedding: learned, 1D sine-cosine over the row-major patch index,
-    or 2D sine-cosine over (row, column); a slider picks the query patch. Each embedding has one
-    colour scale for all its queries, from its lowest similarity (rounded down to 0.1) to 1,
-    stated on the colour bar. See :func:`vitbook.plotting.plot_position_similarity`.
-
-    Args:
-        grid_size: (Gh, Gw) or G.
-        dim: D, a multiple of 4.
-        learned: (Gh * Gw, D) learned embeddings (a trained model's ``pos_embed[0, 1:]``); by
-            default a freshly initialised :class:`vitbook.LearnedPositionEmbedding`, seeded.
-        queries: patch indices to offer; default: every patch of grids up to 64 patches, else a
-            coarse sub-grid of about 64.
-        seed: the seed of the freshly initialised embedding.
+    A menu picks learned, 1D or 2D sine-cosine embeddings; a slider the query patch
+    (:func:`vitbook.plotting.plot_position_similarity`). ``learned`` is (Gh * Gw, D), by default
+    a seeded :class:`vitbook.LearnedPositionEmbedding`; ``dim`` D is a multiple of 4.
 
     Raises:
         TypeError / ValueError: a grid or ``dim`` that is not positive (``dim`` a multiple of
@@ -312,18 +267,10 @@ def attention_explorer(
 ) -> Explorer:
     """Attention maps of a :class:`vitbook.VisionTransformer`: layer, head and query patch.
 
-    Runs ``model.forward_with_attention`` once on the image and shows, for the chosen layer, head
-    and query patch, the query's attention weights over the patches (the class-token key left
-    out), beside the image. See :func:`vitbook.plotting.plot_attention_map`.
-
-    Args:
-        model: a :class:`vitbook.VisionTransformer` (its ``config`` gives the patch grid).
-        image: (C, H, W) float, the size the model was built for.
-        layers, heads: indices to offer; default: all. One value fixes it (no control).
-        queries: patch indices to offer; default: every patch of grids up to 64 patches, else a
-            coarse sub-grid of about 64.
-
-    Every frame shares one colour scale, from 0 to the largest weight among the rows offered.
+    Runs ``model.forward_with_attention`` once on the (C, H, W) image and shows the chosen query's
+    weights over the patches (:func:`vitbook.plotting.plot_attention_map`), on one colour scale.
+    ``layers``, ``heads``, ``queries`` default to all (queries: a sub-grid of about 64 on grids
+    over 64 patches); one value fixes it.
 
     Raises:
         TypeError / ValueError: a model that is not a vitbook ViT, an image it refuses (see
@@ -386,10 +333,6 @@ def axial_reach_explorer(
     """Which patches reach a query patch: full attention versus one and two axial layers.
 
     See :func:`vitbook.plotting.plot_axial_reach`.
-
-    Args:
-        grid_size: (Gh, Gw) or G.
-        queries: patch indices to offer; default: every patch of grids up to 64 patches.
 
     Raises:
         TypeError / ValueError: a grid that is not positive, query patches off the grid.

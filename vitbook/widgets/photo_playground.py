@@ -1,41 +1,14 @@
 """Show the CIFAR-10 ViT a photo: the shipped model runs in the page, on a test photo or yours.
 
-:func:`photo_playground` shows a menu of test photos and a file input ("Your own photo"; on a
-phone it offers the camera too), the photo as the model sees it (32 x 32 pixels, drawn large),
-the same photo with the attention rollout from the class token over its 8 x 8 patches, and the
-model's probability for each of the ten classes as bars, the most probable highlighted. They
-update as soon as the photo changes, without a kernel: the HTML fragment runs in the HTML book,
-opened from disk or offline, and in every notebook front end that runs the scripts of its
-outputs (JupyterLab, the classic notebook, VS Code, Colab).
+:func:`photo_playground` shows a menu of test photos and a file input, the 32 x 32 photo, the
+class token's attention rollout over the 8 x 8 patches and the ten probabilities, computed
+without a kernel by ``vitbook/assets/vit.js`` on the model file's int8 weights and row scales.
 
-**How.** The page runs the same hand-written JavaScript forward pass as the digit playground of
-:mod:`vitbook.widgets.playground` (``vitbook/assets/vit.js``, in float64), on weights exported
-into the page. The weight matrices travel as they are stored in the model's file: 8-bit integers
-with one float32 scale per output row (:func:`vitbook.pretrained.checkpoints.quantize_int8`),
-which the page turns into the float32 products ``q * scale`` that
-:func:`vitbook.pretrained.checkpoints.dequantize_int8` computes; every other tensor is float32.
-That is the model exactly, in a quarter of the bytes: about 2.4 MB of base64 for the shipped
-model, where float32 would take 9.6 MB. The photo enters as a reader's photo does: 8-bit
-pixels, divided by 255, normalised with the model's mean and standard deviation per channel
-(its ``Normalize`` layer). The browser tests check the page against PyTorch on all 1,000
-shipped test photos.
-
-**A photo of your own** is cut to the square at its centre and reduced to 32 x 32 pixels by
-area averaging in the page's script (each pixel the mean of the square of the photo it covers,
-pixels on the border counted by the share they cover, rounded to 8 bits), the same on every
-browser, rather than by the browser's own resampling. A transparent picture is shown on white.
-The model knows only CIFAR-10's ten classes: it gives a probability to each of them, whatever
-the photo shows.
-
-**What the page offers** (``window.vitbook.photoPlaygrounds``, one entry per photo playground on
-the page in document order; other keys of ``window.vitbook`` are left alone). Each entry has
-``predict(pixels)``: ``pixels`` are 3,072 numbers 0 .. 255 of a 32 x 32 RGB photo, row-major
-in (height, width, channel) order; it returns ``{logits, probabilities, attention, rollout}``,
-the probabilities in the order of :data:`vitbook.data.cifar.CIFAR10_CLASSES`,
-``attention[layer][head]`` an N x N row-major array of weights (N = 65: token 0 the class token,
-then the 64 patches in row-major grid order) and ``rollout`` the N x N row-major rollout of
-:func:`vitbook.analysis.attention_rollout`. ``load(pixels)`` shows a photo, and ``current()``
-returns what is shown: ``predict``'s result with the photo's ``pixels``.
+The page's interface: ``window.vitbook.photoPlaygrounds``, one entry per playground in document
+order, with ``predict(pixels)`` (3,072 values 0 .. 255, row-major (height, width, channel))
+returning ``{logits, probabilities, attention, rollout}`` (classes in the order of
+:data:`vitbook.data.cifar.CIFAR10_CLASSES`; N x N row-major, N = 65, token 0 the class token),
+``load(pixels)`` and ``current()``.
 
 See chapter: Real photos.
 """
@@ -66,14 +39,10 @@ EXAMPLES_PER_CLASS = 2
 class PhotoPlayground:
     """A photo playground for one model; displaying it (``_repr_html_``) shows it.
 
-    Attributes:
-        payload: what the page holds: ``"config"`` (the fields the page reads, with the
-            ``Normalize`` layer's ``mean`` and ``std``), ``"classes"``, ``"tensors"`` (each
-            tensor of the ViT's state dict under its timm name: the weight matrices as
-            ``{"shape", "dtype": "int8", "data", "scale"}``, base64 of int8 and of one
-            little-endian float32 per output row; the others as float32) and ``"examples"``
-            (``{"label", "name", "caption", "pixels"}``: ``"test photo 3"``, ``"a cat (test
-            photo 3)"``, and base64 of 3,072 bytes in (height, width, channel) order).
+    ``payload`` holds ``"config"`` (with the ``Normalize`` layer's ``mean`` and ``std``),
+    ``"classes"``, ``"tensors"`` (weight matrices as ``{"shape", "dtype": "int8", "data",
+    "scale"}``, the others float32, in base64) and ``"examples"`` (``{"label", "name",
+    "caption", "pixels"}``).
 
     Example:
         >>> photo_playground()
@@ -108,25 +77,16 @@ def photo_playground(
     """Show the photo model a test photo or a photo of your own, in the page, kernel-free.
 
     Args:
-        model: ``nn.Sequential(Normalize(mean, std), VisionTransformer)`` for 32 x 32 RGB
-            photos in [0, 1] with 10 classes and a class token, whose weight matrices are int8
-            values times a scale per row (a model loaded from an int8 file). Defaults to
+        model: ``nn.Sequential(Normalize(mean, std), VisionTransformer)`` for 32 x 32 RGB photos,
+            10 classes, a class token and int8-valued weight matrices; by default
             :func:`vitbook.pretrained.load_cifar10_vit`.
-        examples: ``(images, labels)`` for the menu: images (E, 3, 32, 32) in [0, 1] (shown
-            as 8-bit pixels, ``round(255 * x)``), labels (E,) in 0 .. 9, 1 <= E <= 40.
-            Defaults to the first two test photos of each class of
-            :func:`vitbook.data.cifar_sample.load_cifar10_sample`, 20 photos.
-
-    Returns:
-        A :class:`PhotoPlayground`; a notebook shows it when it is a cell's last value.
+        examples: ``(images (E, 3, 32, 32) in [0, 1], labels (E,))``, 1 <= E <= 40; by default
+            two test photos of each class.
 
     Raises:
-        TypeError: a model that is not such an ``nn.Sequential``, or weights that are not
-            float32; examples that are not a pair of tensors.
-        ValueError: a model of other sizes, without a class token, with more than
-            ``MAX_PARAMETERS`` parameters, with NaN or inf in its weights, or whose weight
-            matrices are not exactly int8 values times a scale per row; examples of other
-            shapes, outside [0, 1], or with labels outside 0 .. 9.
+        TypeError: not such a model, weights not float32, examples not a pair of tensors.
+        ValueError: a model of other sizes, without a class token, over ``MAX_PARAMETERS``,
+            non-finite or not int8 times row scales; examples of other shapes or values.
 
     Example:
         >>> page = photo_playground().to_html()

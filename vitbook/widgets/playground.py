@@ -1,57 +1,15 @@
 """Draw a digit: the trained digits ViT runs in the page, and its attention follows the pen.
 
-:func:`digit_playground` shows a drawing grid for an 8 x 8 digit, the model's class
-probabilities as bars, and two maps over the digit: the attention of one layer and head (or the
-mean of the heads) from one query, and the attention rollout from the same query. They update
-as the reader draws, without a kernel: the same HTML fragment works in the HTML book (MyST-NB
-embeds ``text/html`` outputs as they are) and in any notebook front end that runs the scripts
-of its outputs (JupyterLab, the classic notebook, VS Code, Colab).
+:func:`digit_playground` shows a drawing grid, the class probabilities, one head's (or the
+heads' mean) attention and the rollout from one query, updated without a kernel by
+``vitbook/assets/vit.js``, a float64 JavaScript forward pass that mirrors
+:class:`vitbook.VisionTransformer` on the weights of :func:`export_weights`.
 
-**How.** Python exports the weights into the page (:func:`export_weights`: each tensor of the
-state dict under its timm name, as base64 of little-endian float32, in a JSON block), and a
-small JavaScript forward pass (``vitbook/assets/vit.js``, shared with the photo playground of
-:mod:`vitbook.widgets.photo_playground` and inlined into the page before the page's own
-``vitbook/assets/playground.js``) mirrors :class:`vitbook.VisionTransformer` equation by
-equation in float64: patch embedding as a matmul, class token, position embedding, pre-norm
-blocks (LayerNorm with the config's epsilon, fused ``qkv``, scaled dot-product softmax
-attention, ``proj``, residual, LayerNorm, MLP with the exact erf GELU, residual), final
-LayerNorm, pooling, head, softmax. It is hand-written rather than a
-vendored inference library (ONNX Runtime Web, TensorFlow.js) because such a library weighs
-megabytes and loads code or WebAssembly from elsewhere, while the page must stay small and work
-offline from disk; and because the book can then show the same ViT in about 200 lines of
-JavaScript that read like ``vitbook.vit``. The browser tests check it against PyTorch on all
-450 test digits.
-
-**What the page offers** (``window.vitbook.playgrounds``, one entry per playground on the page
-in document order; other keys of ``window.vitbook`` are left alone). Each entry has
-``predict(ink)``: 64 ink values (row-major, the digits' scale 0 .. 16; pixel = ink / 16, as in
-:func:`vitbook.data.load_digits_split`) in, ``{logits, probabilities, attention, rollout}``
-out, where ``attention[layer][head]`` is an N x N row-major array of weights (N = 17 for the
-digits models: token 0 the class token, then the 16 patches in row-major grid order; row i is
-query token i) and ``rollout`` is the N x N row-major rollout of
-:func:`vitbook.analysis.attention_rollout` (head fusion ``"mean"``); ``pixels()`` returns the
-ink drawn now, ``load(ink)`` draws given ink.
-
-**Drawing.** The digits were made by counting the pen's pixels of a 32 x 32 bitmap in each
-4 x 4 block, which gives 0 .. 16 (Alpaydin and Kaynak, the data set's description in
-scikit-learn). The playground does the same: the pen and the eraser act on a 32 x 32 bitmap, and
-the model sees the counts. A test digit is loaded as a bitmap with that many pixels on in each
-block.
-
-An empty grid (after "Clear") is no digit, and the page shows no prediction for it: the bars and
-maps stay empty, with a line saying to draw, until there is ink again.
-
-The pen draws as thick as the data set's strokes. The digits' bitmaps hold about the same ink
-whatever the digit: over the training digits the median is ``PEN["ink"]`` = 313 on pixels of the
-1,024, and a 1 holds as much as an 8 (the medians of the ten digits lie between 305 and 328), so
-the short stroke of a 1 is wider than the long one of an 8. The page therefore keeps the lines
-the pen passed over and, after each move of the pen, draws them with the radius that gives the
-drawing that ink, between ``PEN["min_radius"]`` and ``PEN["max_radius"]`` bitmap pixels: a line
-thins as the drawing grows. The eraser clears a path 6 pixels wide and changes nothing else.
-
-**Counting.** Layers, heads, patches and tokens are numbered from 0, as the tensors index them
-(``attention[layer][head]``, ``blocks.0`` to ``blocks.3`` in the state dict), in the menus as in
-the figures of :mod:`vitbook.plotting`.
+The page's interface: ``window.vitbook.playgrounds``, one entry per playground in document
+order, with ``predict(ink)`` (64 row-major ink values 0 .. 16, pixel = ink / 16) returning
+``{logits, probabilities, attention, rollout}`` (``attention[layer][head]`` and ``rollout``:
+N x N row-major, token 0 the class token, rows the queries), ``pixels()`` and ``load(ink)``.
+The pen draws on a 32 x 32 bitmap counted in 4 x 4 blocks, as the digits were made (``PEN``).
 
 See chapter: Inside a trained ViT.
 """
@@ -86,11 +44,9 @@ PEN = {"ink": 313, "min_radius": 1.5, "max_radius": 6.0}
 def export_weights(model: VisionTransformer) -> dict:
     """The model as a JSON-able payload for the page: its config and every tensor it uses.
 
-    Returns:
-        ``{"config": {...}, "tensors": {name: {"shape": [...], "dtype": "float32",
-        "data": base64}}}``: the config's fields that the JavaScript reads, and each tensor of
-        ``model.state_dict()`` under its timm name, plus ``pos_embed`` when it is a fixed
-        (non-persistent) sine-cosine table, as little-endian float32 bytes in base64.
+    Returns ``{"config": {...}, "tensors": {name: {"shape", "dtype": "float32", "data"}}}``:
+    each state-dict tensor under its timm name (plus a fixed ``pos_embed``), as base64 of
+    little-endian float32.
 
     Raises:
         TypeError: ``model`` is not a :class:`vitbook.VisionTransformer`, or its weights are not
@@ -174,9 +130,7 @@ def decode_weights(payload: dict) -> dict[str, torch.Tensor]:
 class DigitPlayground:
     """A digit playground for one model; displaying it (``_repr_html_``) shows it.
 
-    Attributes:
-        payload: the :func:`export_weights` payload, with the test digits under ``"examples"``
-            and the pen's settings (:data:`PEN`) under ``"pen"``.
+    ``payload`` is the :func:`export_weights` payload with ``"examples"`` and ``"pen"``.
 
     Example:
         >>> from vitbook.pretrained import load_digits_vit
@@ -212,16 +166,8 @@ def digit_playground(
 ) -> DigitPlayground:
     """Draw a digit and watch the model's prediction, attention and rollout, in the page.
 
-    Args:
-        model: a :class:`vitbook.VisionTransformer` for 8 x 8 one-channel digits with 10
-            classes, such as :func:`vitbook.pretrained.load_digits_vit` (either variant).
-        examples: ``(images, labels)`` that "load a test digit" offers: images (E, 1, 8, 8)
-            in [0, 1], labels (E,) in 0 .. 9, 1 <= E <= 20. Defaults to the first test digit
-            of each class of :func:`vitbook.data.load_digits_split` (whose pixels are ink / 16,
-            so they load exactly).
-
-    Returns:
-        A :class:`DigitPlayground`; a notebook shows it when it is a cell's last value.
+    ``examples`` are ``(images (E, 1, 8, 8) in [0, 1], labels (E,))``, 1 <= E <= 20; by default
+    the first test digit of each class.
 
     Raises:
         TypeError / ValueError: a model that :func:`export_weights` refuses; examples that are
