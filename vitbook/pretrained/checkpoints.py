@@ -18,7 +18,7 @@ import torch
 
 from vitbook import _checks
 from vitbook._files import ASSETS
-from vitbook.pretrained import _weights
+from vitbook.pretrained import _safetensors
 from vitbook.vit import VisionTransformer, ViTConfig, check_fields
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "load_model",
     "quantize_int8",
     "read_metadata",
+    "read_weights",
     "save_model",
 ]
 
@@ -137,7 +138,7 @@ def save_model(
             f"model must be a vitbook VisionTransformer, got {type(model).__name__}; "
             "save other modules with safetensors.torch.save_file."
         )
-    path = _weights.file_path("path", path)
+    path = _safetensors.file_path("path", path)
     _checks.boolean("overwrite", overwrite)
     _checks.boolean("int8", int8)
     wrong = {k: type(v).__name__ for k, v in metadata.items() if not isinstance(v, str)}
@@ -169,7 +170,7 @@ def save_model(
     if int8:
         tensors, names = quantize_int8(tensors)
         metadata = {**metadata, "int8": json.dumps(names)}
-    _weights.write_atomically(tensors, path, {"config": config, **metadata})
+    _safetensors.write_atomically(tensors, path, {"config": config, **metadata})
 
 
 def _int8_names(metadata: dict[str, str], header: dict) -> list[str]:
@@ -194,7 +195,7 @@ def _int8_names(metadata: dict[str, str], header: dict) -> list[str]:
 
 def _is_model_file(path: Path) -> bool:
     try:
-        config = json.loads(_weights.read_header(path)[0]["config"])
+        config = json.loads(_safetensors.read_header(path)[0]["config"])
     except (ValueError, KeyError):  # not safetensors, no config, bad JSON
         return False
     return isinstance(config, dict)
@@ -214,7 +215,31 @@ def read_metadata(path: str | Path = DIGITS_VIT_PATH) -> dict[str, str]:
 
     See chapter: Training and classification.
     """
-    return _weights.read_header(_weights.file_path("path", path))[0]
+    return _safetensors.read_header(_safetensors.file_path("path", path))[0]
+
+
+def read_weights(path: str | Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """Any safetensors file's string metadata and its tensors, on the CPU, as saved.
+
+    For model files that are not a ``VisionTransformer`` (a teacher CNN, say); the caller checks
+    that the tensors fit its model. A ViT file is read by :func:`load_model`.
+
+    Raises:
+        TypeError: ``path`` is not a path.
+        FileNotFoundError: there is no such file.
+        ValueError: the file is a folder, or not a readable safetensors file (named; safetensors'
+            own error is the ``__cause__``).
+
+    Example:
+        >>> metadata, tensors = read_weights(DIGITS_VIT_PATH)
+        >>> tensors["cls_token"].shape == (1, 1, json.loads(metadata["config"])["embed_dim"])
+        True
+
+    See chapter: Can a ViT beat the CNN that taught it?
+    """
+    path = _safetensors.file_path("path", path)
+    metadata, _ = _safetensors.read_header(path)
+    return metadata, _safetensors.load_tensors(path)
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> VisionTransformer:
@@ -236,9 +261,9 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> VisionTr
 
     See chapter: Training and classification.
     """
-    path = _weights.file_path("path", path)
+    path = _safetensors.file_path("path", path)
     device = _checks.device("device", device)
-    metadata, header = _weights.read_header(path)
+    metadata, header = _safetensors.read_header(path)
     if "config" not in metadata:
         raise ValueError(
             f"{path} has no 'config' entry in its metadata; write it with vitbook's save_model."
@@ -251,11 +276,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> VisionTr
         config = ViTConfig(**fields)
         int8 = _int8_names(metadata, header)
         shapes = {name: shape for name, (shape, _) in header.items() if not name.endswith(SCALE)}
-        _weights.check_shapes(config, shapes, {})
+        _safetensors.check_shapes(config, shapes, {})
     except (json.JSONDecodeError, TypeError, ValueError) as err:
         raise ValueError(f"{path} does not hold a vitbook model that can be loaded: {err}") from err
-    _weights.check_float(path, {k: v for k, v in header.items() if k not in int8})
-    tensors = dequantize_int8(_weights.load_tensors(path), int8)
+    _safetensors.check_float(path, {k: v for k, v in header.items() if k not in int8})
+    tensors = dequantize_int8(_safetensors.load_tensors(path), int8)
     model = VisionTransformer(config)
     model.load_state_dict(tensors, strict=True)  # names and shapes were checked above
     return model.to(device).eval()

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 
 import torch
 
-from vitbook.pretrained import _weights
+from vitbook.pretrained import _safetensors
 from vitbook.pretrained.hf_config import _hf_dict, _model_type, config_from_hf, hf_class_names
 from vitbook.vit import VisionTransformer, ViTConfig, check_fields
 
@@ -115,7 +115,7 @@ def _build(
     config: ViTConfig, tensors: dict[str, torch.Tensor], origin: dict[str, str]
 ) -> VisionTransformer:
     """Check names and shapes against ``config``, then load ``tensors`` into a new model (eval)."""
-    _weights.check_shapes(config, {name: tuple(t.shape) for name, t in tensors.items()}, origin)
+    _safetensors.check_shapes(config, {name: tuple(t.shape) for name, t in tensors.items()}, origin)
     wrong = sorted(name for name, t in tensors.items() if not t.is_floating_point())
     if wrong:
         raise TypeError(f"the state dict has tensors that are not floating point: {wrong[:5]}.")
@@ -157,7 +157,7 @@ def from_timm_state_dict(
             f"config must be a ViTConfig or a preset name such as 'ViT-B/16', got "
             f"{type(config).__name__}."
         )
-    unexpected = sorted(tensors.keys() - _weights.expected_shapes(config).keys())
+    unexpected = sorted(tensors.keys() - _safetensors.expected_shapes(config).keys())
     if unexpected:
         raise ValueError(
             f"the state dict has {len(unexpected)} key(s) that this ViT has no place for: "

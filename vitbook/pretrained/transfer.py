@@ -20,7 +20,7 @@ from torch import nn
 from vitbook import _checks
 from vitbook.data.cifar import Normalize
 from vitbook.positional import resample_pos_embed
-from vitbook.pretrained import PretrainedViT
+from vitbook.pretrained.hub import PretrainedViT
 from vitbook.vit import VisionTransformer
 
 __all__ = [

@@ -26,7 +26,7 @@ from vitbook.analysis import mean_attention_distance
 from vitbook.baselines import DigitsCNN
 from vitbook.data import load_digits_split
 from vitbook.data.augment import mixup_cutmix
-from vitbook.pretrained import _weights
+from vitbook.pretrained.checkpoints import read_weights
 from vitbook.studies import experiments, records
 from vitbook.studies.experiments import CNN_CHANNELS, training_subset
 from vitbook.studies.provenance import one_thread
@@ -313,8 +313,7 @@ def load_teacher(path: str | Path = TEACHER_PATH) -> DigitsCNN:
 
     See chapter: Can a ViT beat the CNN that taught it?
     """
-    path = _weights.file_path("path", path)
-    metadata, _ = _weights.read_header(path)
+    metadata, tensors = read_weights(path)
     channels = json.loads(metadata.get("channels", "null") or "null")
     if channels != list(CNN_CHANNELS):
         raise ValueError(
@@ -322,7 +321,7 @@ def load_teacher(path: str | Path = TEACHER_PATH) -> DigitsCNN:
             f"{list(CNN_CHANNELS)}; write it with scripts/run_distillation.py."
         )
     model = DigitsCNN(channels=CNN_CHANNELS)
-    model.load_state_dict(_weights.load_tensors(path))
+    model.load_state_dict(tensors)
     return model.eval()
 
 

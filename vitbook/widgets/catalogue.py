@@ -1,16 +1,10 @@
-"""Interactive figures: live sliders in a kernel, kernel-free sliders in the HTML book.
+"""The book's explorers: one function per interactive figure of the chapters.
 
-``explore(plot_fn, name=values, ...)`` gives a figure with a control per parameter (a slider for
-numbers, a drop-down menu for strings); ``plot_fn(**values)`` draws one figure and returns it.
-Displaying the :class:`Explorer` gives one MIME bundle with two views of the figure: a live
-ipywidgets view (``application/vnd.jupyter.widget-view+json``) for notebook front ends, and a
-static ``text/html`` page for the book, every combination drawn once at build time, with no
-request of any kind. Colab skips the static frames. At most :data:`MAX_FRAMES` combinations.
-
-The machinery is :mod:`vitbook.widgets.explorer` and ``vitbook.widgets._static_page``; this
-module re-exports it and adds the chapters' figures (:func:`patch_explorer`,
-:func:`sincos_explorer`, :func:`position_similarity_explorer`, :func:`attention_explorer`,
-:func:`axial_reach_explorer`). ipywidgets is imported only when a live widget is built.
+Each is built on :func:`vitbook.widgets.explorer.explore` (the engine: a live ipywidgets view in a
+kernel, kernel-free frames in the HTML book, at most :data:`~vitbook.widgets.explorer.MAX_FRAMES`
+combinations) with a plotting function of :mod:`vitbook.plotting`: :func:`patch_explorer`,
+:func:`sincos_explorer`, :func:`position_similarity_explorer`, :func:`attention_explorer` and
+:func:`axial_reach_explorer`. ipywidgets is imported only when a live widget is built.
 
 See chapter: How the interactive figures work.
 """
@@ -26,18 +20,11 @@ from matplotlib.figure import Figure
 
 from vitbook import _checks, plotting
 from vitbook.positional import LearnedPositionEmbedding, sincos_1d, sincos_2d
-from vitbook.widgets.explorer import MAX_FRAMES, Explorer, Param, explore
-from vitbook.widgets.playground import DigitPlayground, digit_playground
+from vitbook.widgets.explorer import MAX_FRAMES, Explorer, explore
 
 __all__ = [
-    "MAX_FRAMES",
-    "DigitPlayground",
-    "Explorer",
-    "Param",
     "attention_explorer",
     "axial_reach_explorer",
-    "digit_playground",
-    "explore",
     "patch_explorer",
     "position_similarity_explorer",
     "sincos_explorer",

@@ -5,8 +5,7 @@ metadata hold the ``ViTConfig`` fields (``"config"``), the recipe and the measur
 ``"validation_accuracy"`` and ``"test_accuracy"``. ``scripts/train_digits_vit.py`` reproduces
 them. :func:`load_pretrained` converts a Hugging Face ViT checkpoint (``pip install
 "vitbook[pretrained]"``) into vitbook's own ``VisionTransformer``, and raises
-:class:`PretrainedUnavailableError` when it cannot be had. The names of
-:mod:`vitbook.pretrained.checkpoints` and :mod:`vitbook.pretrained.convert` are re-exported here.
+:class:`PretrainedUnavailableError` when it cannot be had.
 
 See chapters: Training and classification; A pretrained ViT; Fine-tuning a pretrained ViT.
 """
@@ -20,45 +19,25 @@ import torch
 import torch.nn.functional as F
 
 from vitbook import _checks
-from vitbook.pretrained import _weights
+from vitbook.pretrained import _safetensors
 from vitbook.pretrained.checkpoints import (
     CIFAR10_VIT_PATH,
     DIGITS_VIT_CLS_PATH,
     DIGITS_VIT_PATH,
-    ExistingFileError,
     load_model,
     read_metadata,
-    save_model,
 )
-from vitbook.pretrained.convert import (
-    config_from_hf,
-    from_hf_state_dict,
-    from_timm_state_dict,
-    hf_class_names,
-    to_hf_state_dict,
-)
+from vitbook.pretrained.convert import from_hf_state_dict, hf_class_names
 from vitbook.vit import VisionTransformer
 
 __all__ = [
-    "CIFAR10_VIT_PATH",
     "DEFAULT_CHECKPOINT",
-    "DIGITS_VIT_CLS_PATH",
-    "DIGITS_VIT_PATH",
-    "ExistingFileError",
     "PretrainedUnavailableError",
     "PretrainedViT",
-    "config_from_hf",
-    "from_hf_state_dict",
-    "from_timm_state_dict",
-    "hf_class_names",
     "load_cifar10_vit",
     "load_digits_pretrained",
     "load_digits_vit",
-    "load_model",
     "load_pretrained",
-    "read_metadata",
-    "save_model",
-    "to_hf_state_dict",
 ]
 
 DEFAULT_CHECKPOINT = "google/vit-base-patch16-224"
@@ -281,7 +260,7 @@ def _checkpoint_files(
 
         missing = (EntryNotFoundError,)
     try:
-        config = _weights.read_json(fetch("config.json"))
+        config = _safetensors.read_json(fetch("config.json"))
     except missing as error:
         raise ValueError(f"{name!r} has no config.json; it is not a transformers model.") from error
     weights = None
@@ -291,15 +270,15 @@ def _checkpoint_files(
         except missing:
             continue
         if filename.endswith(".safetensors"):
-            _weights.check_float(path, _weights.read_header(path)[1])
-            weights = _weights.load_tensors(path)
+            _safetensors.check_float(path, _safetensors.read_header(path)[1])
+            weights = _safetensors.load_tensors(path)
         else:  # a pickle: weights_only refuses anything but tensors and plain containers
-            weights = _weights.load_pickle(path)
+            weights = _safetensors.load_pickle(path)
         break
     if weights is None:
         raise ValueError(f"{name!r} has none of the weight files {list(WEIGHT_FILES)}.")
     try:
-        processor = _weights.read_json(fetch("preprocessor_config.json"))
+        processor = _safetensors.read_json(fetch("preprocessor_config.json"))
     except missing:
         processor = {}
     return config, weights, processor
