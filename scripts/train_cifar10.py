@@ -229,7 +229,7 @@ def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -
         ValueError: the file is damaged, or holds another model or another run, naming the
             file and what to do (never safetensors' own error or a list of hundreds of keys).
     """
-    from vitbook.pretrained import _weights
+    from vitbook.pretrained import _safetensors
 
     row = ALL_ROWS[name]["teacher"]
     path = teacher_path(args, name, seed)
@@ -243,8 +243,8 @@ def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -
                f"{row} --seeds {seed}) and copy its weights/{path.name} here")  # fmt: skip
     teacher = build(ALL_ROWS[row], n_cls, args.tiny)
     try:
-        metadata, _ = _weights.read_header(path)
-        tensors = _weights.load_tensors(path)
+        metadata, _ = _safetensors.read_header(path)
+        tensors = _safetensors.load_tensors(path)
     except ValueError as error:
         reason = error.__cause__  # safetensors' own words; none for NaN weights
         why = (f"cannot be read ({reason}): it is damaged, cut short or not safetensors"

@@ -304,7 +304,7 @@ def test_round_trip_still_loads(tmp_path):
                                        {"pos_embed": "sincos2d", "class_token": False,
                                         "pool": "mean"}, {"depth": 3, "pos_embed": "none"}])
 def test_the_closed_form_tensor_count_is_the_real_one(overrides):
-    from vitbook.pretrained._weights import _num_tensors
+    from vitbook.pretrained._safetensors import _num_tensors
 
     config = ViTConfig(**{**vars(CONFIG), **overrides})
     with torch.device("meta"):
