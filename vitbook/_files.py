@@ -553,13 +553,15 @@ def _acquire(lock: Path, path: str | os.PathLike, wait: bool | float) -> int:
         who = _holder(lock)
         if deadline is not None and time.monotonic() >= deadline:
             waited = "" if wait is False else f" after waiting {wait} s"
-            raise FileHeldError(
+            refused = FileHeldError(
                 errno.EAGAIN,
                 f"{path} is in use{waited}: {who} (lock file {lock}). Two writers at once "
                 "would lose one's runs. Wait for it to finish, or write elsewhere; if that "
                 "process is yours and stuck, stop it (kill PID): the system then releases "
                 "the lock, so never delete the lock file by hand.",
             )
+            refused.holder = who  # the holder in words, for a caller's own message
+            raise refused
         if not said:
             said = print(f"waiting for {path}: {who}", file=sys.stderr, flush=True) or True
         time.sleep(0.02)
