@@ -154,3 +154,17 @@ def test_a_run_that_exits_without_writing_leaves_no_reservation(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout.startswith("cifar10-"), done.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_run_that_writes_its_file_by_other_means_leaves_no_reservation(tmp_path):
+    code = (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('files', {str(_files.__file__)!r})\n"
+        "files = importlib.util.module_from_spec(spec); spec.loader.exec_module(files)\n"
+        f"path = files.new_path({str(tmp_path)!r}, 'sample', suffix='.npz')\n"
+        "path.write_bytes(b'written without write_with')\n"  # np.savez(path), say
+        "print(path.name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in tmp_path.iterdir()] == [done.stdout.strip()]

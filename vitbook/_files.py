@@ -154,9 +154,8 @@ _RESERVED: list[Path] = []  # names this process reserved, freed at exit if neve
 
 
 def _unreserve() -> None:
-    for path in _RESERVED:
-        if not path.exists():
-            _reservation(path).unlink(missing_ok=True)
+    for path in _RESERVED:  # written (by any writer) or never: the name needs no reservation
+        _reservation(path).unlink(missing_ok=True)
 
 
 def _reservation(path: Path) -> Path:
