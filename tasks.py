@@ -19,6 +19,7 @@ $VITBOOK_BROWSER) and, without one, says how to get one; only `setup` installs o
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
 import os
 import shutil
@@ -139,6 +140,10 @@ def requirements_hash() -> str:
 
 
 def create_venv(venv: Path, python: Path) -> None:
+    if venv.is_symlink() and not venv.exists():  # venv would fail, and python3-venv be blamed
+        sys.exit(f"[tasks] {venv.name} is a link to {os.readlink(venv)}, which does not exist; "
+                 f"restore what it points to, or remove the link (rm {venv}) and run again to "
+                 f"make a new {venv.name}.")  # fmt: skip
     if not python.exists():
         say(f"creating virtual environment {venv}")
         if run(sys.executable, "-m", "venv", venv) != 0:
@@ -315,6 +320,39 @@ def start_classic_venv() -> Callable[[], None]:
     return wait
 
 
+# pytest's options that take a value as the next argument: that value is not a test path
+VALUE_OPTIONS = {"-k", "-m", "-p", "-n", "-o", "-c", "-r", "-W", "--deselect", "--ignore",
+                 "--ignore-glob", "--rootdir", "--maxfail", "--dist", "--tb", "--durations",
+                 "--numprocesses", "--basetemp", "--confcutdir", "--junit-xml", "--override-ini",
+                 "--log-level", "--timeout"}  # fmt: skip
+
+
+def missing_test_paths(pytest_args: list[str]) -> list[str]:
+    """The test files and folders that ``pytest_args`` name but that do not exist (a path, or
+    a path before ``::``); options and their values are not paths."""
+    missing, after_option = [], False
+    for arg in pytest_args:
+        if after_option or arg.startswith("-"):
+            after_option = arg in VALUE_OPTIONS
+            continue
+        path = arg.split("::", 1)[0]
+        if not (ROOT / path).exists() and not Path(path).exists():
+            missing.append(arg)
+    return missing
+
+
+def check_test_paths(pytest_args: list[str]) -> None:
+    """Refuse, before any set-up, test paths that do not exist, naming them and what exists."""
+    missing = missing_test_paths(pytest_args)
+    if missing:
+        files = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+        near = dict.fromkeys(m for arg in missing for m in difflib.get_close_matches(
+            Path(arg.split("::", 1)[0]).name, files, n=3, cutoff=0.8))  # best first
+        hint = f" (did you mean {', '.join(f'tests/{m}' for m in near)}?)" if near else ""
+        sys.exit(f"[tasks] no such test file or folder: {', '.join(missing)}{hint}; name a "
+                 "file of tests/ (ls tests), or leave the arguments out to run every test.")
+
+
 def test(pytest_args: list[str], classic_ready: Callable[[], None]) -> int:
     """Lint, then run pytest: unit tests, doctests, the book build and every notebook."""
     ensure_browser(install=False)
@@ -377,6 +415,8 @@ def main() -> int:
         # The oldest Python that every pin of constraints.txt installs on (tests/test_project.py).
         sys.exit(f"[tasks] vitbook needs Python 3.11 or newer, not {sys.version.split()[0]}")
     os.chdir(ROOT)
+    if args.command == "test":
+        check_test_paths(extra)
     classic_ready = start_classic_venv() if args.command in ("test", "setup") else None
     try:
         ensure_venv()

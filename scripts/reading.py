@@ -5,7 +5,7 @@
 
 A reader's pace (the one the book's reviews use): 200 words of prose and 12 shown lines of code a
 minute. Code in folded cells (``hide-input``, ``hide-cell``, ``remove-*``) is not counted: a
-reader sees it only on asking.
+reader sees it only on asking; nor is a ``bibtex`` block (a citation to copy, not code to read).
 
 **The core** of a page is what a first read needs: everything except
 
@@ -16,8 +16,8 @@ reader sees it only on asking.
 
 For each page the report gives the core's reading minutes, its prose words, its statistically
 qualified sentences per 1,000 words (a sentence that names an interval, "cannot tell", a paired
-difference, seeds in the plural, a standard error or a p-value), its share of sentences over 40
-words, the most intervals in one paragraph of the core, and whether an interval appears in
+difference, a seed, a spread, a standard error or deviation or a p-value), its share of sentences
+over 40 words, the most intervals in one paragraph of the core, and whether an interval appears in
 "What you will learn" or the summary. Last, the minutes from the book's first page to the end of
 the cell in which the reader first trains their own ViT (the first code cell of the book that
 calls ``optimizer.step()`` or ``opt.step()``), reading each page's core in order.
@@ -40,10 +40,12 @@ LONG_SENTENCE = 40
 FOLDED = {"hide-input", "hide-cell", "remove-cell", "remove-input"}
 TRAINS = re.compile(r"\b(?:optimizer|opt)\.step\(\)")
 STATISTICAL = re.compile(
-    r"95\s*%|\bintervals?\b|\bcannot tell\b|\bcan't tell\b|\bpaired differences?\b|\bseeds\b"
-    r"|\bstandard errors?\b|\bp\s*[=<]\s*0?\.\d|\bsign-flip\b|\bStudent's\b",
+    r"95\s*%|\bintervals?\b|\bcannot tell\b|\bcan't tell\b|\bpaired differences?\b|\bseeds?\b"
+    r"|\bspread\b|\bstandard (?:errors?|deviations?)\b|\bp\s*[=<]\s*0?\.\d|\bsign-flip\b"
+    r"|\bStudent's\b",
     re.IGNORECASE,
 )
+NOT_READ = ("bibtex", "bib")  # a citation to copy, not code to read
 INTERVAL = re.compile(r"95\s*%\s*interval|\binterval\s+[-+\u2212]?\d|\bCI\b", re.IGNORECASE)
 BOXES = ("{admonition}", "{note}", "{tip}", "{warning}", "{important}", "{seealso}", "{hint}",
          "{caution}", "{attention}", "{danger}", "{error}", "{dropdown}", "{only}", "{div}")
@@ -82,22 +84,80 @@ class Page:
         return self.long_sentences / self.sentences if self.sentences else 0.0
 
 
-def toc_pages(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
-    toc = yaml.safe_load(toc_path.read_text(encoding="utf-8"))
-    pages = [toc["root"]]
-    for part in toc.get("parts", []):
-        pages += [chapter["file"] for chapter in part.get("chapters", [])]
-    return pages
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML that refuses a key named twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is named twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def toc_pages(toc_path: Path | None = None) -> list[str]:
+    """The pages of ``_toc.yml`` in reading order: its ``root``, then each part's chapters.
+
+    Raises:
+        ValueError: a TOC that is not YAML, is empty, names a key twice, has no ``root``, a
+            chapter without ``file``, or a page twice (it would be counted twice).
+    """
+    toc_path = ROOT / "_toc.yml" if toc_path is None else toc_path
+    try:
+        toc = yaml.load(toc_path.read_text(encoding="utf-8"), Loader=_UniqueKeys)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{toc_path} is not a table of contents ({error}); restore it "
+                         f"(git checkout -- {toc_path.name}).") from error  # fmt: skip
+    if not isinstance(toc, dict) or not isinstance(toc.get("root"), str):
+        found = "is empty" if toc is None else "names no root: page"
+        raise ValueError(f"{toc_path} {found}; a jb-book TOC names its first page "
+                         f"(root: book/intro) and then its parts; restore it (git checkout -- "
+                         f"{toc_path.name}).")  # fmt: skip
+    where = {toc["root"]: ["root"]}
+    for i, part in enumerate(toc.get("parts") or []):
+        for j, chapter in enumerate((part or {}).get("chapters") or []):
+            if not isinstance(chapter, dict) or not isinstance(chapter.get("file"), str):
+                raise ValueError(f"{toc_path}: parts[{i}].chapters[{j}] is {chapter!r}, not "
+                                 "a chapter (file: book/NAME).")  # fmt: skip
+            where.setdefault(chapter["file"], []).append(f"parts[{i}].chapters[{j}]")
+    twice = {page: places for page, places in where.items() if len(places) > 1}
+    if twice:
+        named = "; ".join(f"{page} at {' and '.join(places)}" for page, places in twice.items())
+        raise ValueError(f"{toc_path} names a page twice ({named}), so it would be read and "
+                         "counted twice; keep one entry of each page.")  # fmt: skip
+    return list(where)
 
 
 def cells_of(page: str) -> list[tuple[str, str, set[str]]]:
     """``(kind, source, tags)`` of each cell; a Markdown page is one Markdown cell."""
-    notebook = ROOT / f"{page}.ipynb"
-    if notebook.exists():
+    notebook, markdown = ROOT / f"{page}.ipynb", ROOT / f"{page}.md"
+    if markdown.exists() and not notebook.exists():
+        return [("markdown", markdown.read_text(encoding="utf-8"), set())]
+    restore = (f"restore it (git checkout -- {notebook.relative_to(ROOT)}) or save it again "
+               "from Jupyter")
+    try:
         cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-        return [(c["cell_type"], "".join(c["source"]), set(c["metadata"].get("tags", [])))
-                for c in cells]  # fmt: skip
-    return [("markdown", (ROOT / f"{page}.md").read_text(encoding="utf-8"), set())]
+    except FileNotFoundError as error:
+        raise ValueError(f"_toc.yml names {page}, but neither {notebook} nor {markdown} "
+                         "exists; add the page or remove it from _toc.yml.") from error  # fmt: skip
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{notebook} is not a notebook: not valid JSON ({error}); it was cut "
+                         f"short or damaged; {restore}.") from error  # fmt: skip
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{notebook} holds no list of cells; {restore}.") from error
+    found = []
+    for i, cell in enumerate(cells if isinstance(cells, list) else [None]):
+        missing = (["a cell"] if not isinstance(cell, dict) else
+                   [key for key in ("cell_type", "source", "metadata") if key not in cell])
+        if missing:
+            raise ValueError(f"{notebook}: cell {i} has no {' and no '.join(missing)} (every "
+                             f"cell of a notebook has cell_type, source and metadata); {restore}.")
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        found.append((cell["cell_type"], source, set(cell["metadata"].get("tags", []))))
+    return found
 
 
 def _plain(text: str) -> str:
@@ -163,9 +223,10 @@ def _blocks(markdown: str):
             while j < len(lines) and not lines[j].strip().startswith(marks):
                 j += 1
             body = lines[i + 1 : j]
-            if directive in ("", "{code-block}", "{code}") and not match[4].strip().startswith(
+            language = (rest.split() or [""])[0]
+            if directive in ("", "{code-block}", "{code}") and not rest.startswith(
                 "{math"
-            ):  # fmt: skip
+            ) and language.lower() not in NOT_READ:  # fmt: skip
                 yield ("code", [b for b in body if b.strip()], any(d for _, d in boxes))
             i = j + 1
             continue
@@ -273,7 +334,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="add the cores' minutes up to this page (default: %(default)s)")
     parser.add_argument("--long", action="store_true", help="list the long sentences of cores")
     args = parser.parse_args(argv)
-    result = report()
+    if args.json is not None:
+        from vitbook import _files  # vitbook imports torch: only a --json run needs it
+
+        try:
+            _files.check_output(args.json)
+        except _files.ShippedFileError:
+            parser.error(f"--json {args.json} lies in vitbook/assets, the recorded files the "
+                         "book ships; nothing was written. Write the report elsewhere "
+                         "(--json runs/reading.json, say).")  # fmt: skip
+        except (OSError, ValueError) as error:
+            parser.error(f"--json: {error}")
+    try:
+        pages = toc_pages()
+        if args.through not in pages:
+            parser.error(f"--through {args.through} is not a page of _toc.yml; its pages are "
+                         f"{', '.join(pages)}.")  # fmt: skip
+        result = report(pages)
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: {error}\n")
     header = (f"{'page':<28}{'core min':>9}{'all min':>9}{'words':>7}{'stat/1k':>8}"
               f"{'>40 w':>7}{'int/par':>8}{'WYWL+sum':>9}")  # fmt: skip
     print(header)
@@ -290,8 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    > {sentence}")
         if page.name == args.through and not reached:
             through_total, reached = total, True
-    print(f"cores from the first page through {args.through}: "
-          f"{through_total if through_total is None else round(through_total, 1)} minutes")
+    print(f"cores from the first page through {args.through}: {round(through_total, 1)} minutes")
     first = result["first_trained_vit"]
     print(f"to the reader's first trained ViT: {first}")
     if args.json:
@@ -303,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             "through_minutes": through_total,
             "first_trained_vit": first,
         }  # fmt: skip
-        args.json.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        _files.write_json(args.json, data)
     return 0
 
 

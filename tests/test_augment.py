@@ -701,3 +701,15 @@ def test_apply_ops_on_images_outside_unit_range_does_not_index_out_of_bounds():
     images = torch.rand(4, 3, 5, 6, generator=seeded()) * 3 - 1  # values in [-1, 2]
     out = apply_ops(images, torch.full((4,), OPS.index("equalize")), torch.zeros(4))
     assert out.shape == images.shape and 0 <= out.min() and out.max() <= 1
+
+
+def test_a_padding_that_could_leave_a_crop_of_zeros_only_is_refused_naming_the_size():
+    images = torch.rand(2, 1, 8, 8)
+    for padding in (100, 8):
+        with pytest.raises(ValueError, match=rf"random_crop_flip\(padding={padding}\) on 8 x 8 "
+                                             r"images: a crop could hold no pixel of its image.*"
+                                             r"below 8 .* 1 here"):  # fmt: skip
+            random_crop_flip(padding=padding)(images, torch.Generator().manual_seed(0))
+    cropped = random_crop_flip(padding=7)(images, torch.Generator().manual_seed(0))
+    assert cropped.shape == images.shape
+    assert (cropped != 0).flatten(1).any(1).all()  # every crop keeps a pixel of its image

@@ -309,3 +309,14 @@ def test_the_closed_form_tensor_count_is_the_real_one(overrides):
     config = ViTConfig(**{**vars(CONFIG), **overrides})
     with torch.device("meta"):
         assert _num_tensors(config) == len(VisionTransformer(config).state_dict())
+
+
+def test_class_names_as_one_str_is_refused_not_read_letter_by_letter(tmp_path):
+    folder = hf_folder(tmp_path)
+    with pytest.raises(TypeError, match=r"class_names='abc' is one str, which would be read as "
+                                        r"3 names \('a', 'b', 'c'\); pass a tuple"):  # fmt: skip
+        load_pretrained(str(folder), num_classes=3, class_names="abc")
+    with pytest.raises(TypeError, match=r"read as 4 names \('b', 'i', 'r', \.\.\.\)"):
+        load_pretrained(str(tmp_path / "not read"), num_classes=4, class_names="bird")  # first
+    named = load_pretrained(str(folder), num_classes=1, class_names=("abc",))
+    assert named.class_names == ("abc",)

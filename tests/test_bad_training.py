@@ -344,3 +344,18 @@ def test_empty_training_or_evaluation_data_are_refused():
         fit(tiny_vit(), empty, epochs=1, progress=False)
     with pytest.raises(ValueError, match=r"eval_data has 0 images and 0 labels; .* at least one"):
         fit(tiny_vit(), data(), epochs=1, eval_data=empty, progress=False)
+
+
+@pytest.mark.parametrize("targets, said", [
+    (lambda y: torch.ones(len(y), 3) * 5 / 3, r"row 0 sums to 5 \(8 of 8 rows are not "),
+    (lambda y: torch.tensor([[1.5, -0.5, 0.0]] * len(y)), r"row 0 sums to 1 \(8 of 8 rows"),
+    (lambda y: torch.eye(3)[y].index_fill(1, torch.tensor([2]), float("nan")), r"row 0 sums to"),
+])  # fmt: skip
+def test_soft_targets_that_are_not_distributions_are_refused_at_the_first_step(targets, said):
+    model = tiny_vit()
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=said + r".*normalise \(targets / targets\.sum\(1, "):
+        fit(model, data(), epochs=1, progress=False, mix=lambda x, y, g: (x, targets(y)))
+    assert_bit_identical(model, before)
+    smoothed = lambda x, y, g: (x, torch.eye(3)[y] * 0.9 + 0.1 / 3)  # noqa: E731
+    fit(tiny_vit(), data(), epochs=1, progress=False, mix=smoothed)  # a distribution: trains

@@ -373,3 +373,41 @@ def test_ci_sets_up_then_runs_the_readmes_test_command():
     assert steps == ["python3 tasks.py setup", "python3 tasks.py test"]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "python3 tasks.py test" in readme and "python3 tasks.py book" in readme
+
+
+def test_a_dangling_venv_link_is_named_not_blamed_on_python3_venv(monkeypatch, tmp_path):
+    tasks = load_tasks()
+    commands = []
+    monkeypatch.setattr(tasks, "run", lambda *cmd, **kw: commands.append(cmd) or 1)
+    venv = tmp_path / ".venv"
+    venv.symlink_to(tmp_path / "gone" / "venv")
+    with pytest.raises(SystemExit) as stopped:
+        tasks.create_venv(venv, venv / "bin" / "python")
+    message = str(stopped.value)
+    assert message == (
+        f"[tasks] .venv is a link to {tmp_path / 'gone' / 'venv'}, which does not exist; "
+        f"restore what it points to, or remove the link (rm {venv}) and run again to make a "
+        "new .venv."
+    )
+    assert commands == []  # no venv tried, nothing removed
+    assert venv.is_symlink()
+
+
+def test_the_test_command_names_a_test_file_that_does_not_exist(monkeypatch):
+    tasks = load_tasks()
+    commands = []
+    monkeypatch.setattr(tasks, "run", lambda *cmd, **kw: commands.append(cmd) or 0)
+    for step in ("ensure_venv", "ensure_browser", "ensure_classic_venv"):
+        monkeypatch.setattr(tasks, step, lambda *args, **kw: None)
+    monkeypatch.setattr(tasks, "start_classic_venv", lambda: lambda: None)
+    monkeypatch.setattr(sys, "argv", ["tasks.py", "test", "tests/test_sesion.py::test_x", "-x"])
+    with pytest.raises(SystemExit) as stopped:
+        tasks.main()
+    message = str(stopped.value)
+    assert message.startswith("[tasks] no such test file or folder: tests/test_sesion.py::test_x "
+                              "(did you mean tests/test_session.py")  # fmt: skip
+    assert "leave the arguments out to run every test" in message
+    assert commands == []  # no ruff, no pytest
+    assert tasks.missing_test_paths(["-m", "not book", "-k", "tests/none.py", "tests",
+                                     "tests/test_project.py", "--ignore", "tests/none.py"]) == []
+    assert tasks.missing_test_paths(["tests/missing.py", "-q"]) == ["tests/missing.py"]

@@ -168,3 +168,14 @@ def test_an_op_index_outside_all_ops_is_refused():
         apply_ops(images, torch.tensor([True, False, True]), torch.zeros(3))
     last = apply_ops(images, torch.tensor([0, 15, 15]), torch.zeros(3))  # solarize_add, the last
     assert torch.equal(last[0], images[0]) and last.shape == images.shape
+
+
+def test_posterize_bits_outside_0_to_8_are_refused():
+    images = torch.rand(3, 3, 4, 5)
+    ops = torch.tensor([OPS.index("posterize"), OPS.index("rotate"), OPS.index("posterize")])
+    for bits in (-5.0, 9.0, math.nan):
+        with pytest.raises(ValueError, match=r"magnitudes hold \[.*\] for posterize, which keeps "
+                                             r"0 \.\. 8 bits"):  # fmt: skip
+            apply_ops(images, ops, torch.tensor([8.0, -30.0, bits]))
+    kept = apply_ops(images, ops, torch.tensor([8.0, -30.0, 0.0]))  # a rotation's sign is fine
+    assert torch.equal(kept[0], images[0]) and not kept[2].any()  # 8 keeps all, 0 none

@@ -60,7 +60,9 @@ def random_crop_flip(padding: int = 4, flip: bool = True) -> Augment:
         ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``.
 
     Raises:
-        TypeError / ValueError: for a padding that is not an int >= 0 or a flip that is not a bool.
+        TypeError / ValueError: for a padding that is not an int >= 0 or a flip that is not a bool;
+            when called, a padding not below the images' height and width (a crop could then
+            hold no pixel of its image, only zeros).
 
     Example:
         >>> images = torch.arange(2 * 1 * 3 * 3.0).reshape(2, 1, 3, 3)
@@ -77,6 +79,13 @@ def random_crop_flip(padding: int = 4, flip: bool = True) -> Augment:
         images = check_call(images, generator)
         b, c, h, w = images.shape
         device, p = images.device, padding
+        if p >= min(h, w):  # a shape, not a value: no host sync
+            raise ValueError(
+                f"random_crop_flip(padding={p}) on {h} x {w} images: a crop could hold no pixel "
+                f"of its image, only the padding's zeros. Use a padding below {min(h, w)} (an "
+                f"eighth of the side is usual: 4 for 32 x 32 photos, {max(1, min(h, w) // 8)} "
+                "here)."
+            )
         padded = F.pad(images, (p, p, p, p))  # (B, C, H + 2p, W + 2p), zeros around
         offsets = torch.randint(0, 2 * p + 1, (b, 2), generator=generator, device=device)
         rows = offsets[:, :1] + torch.arange(h, device=device)  # (B, H)

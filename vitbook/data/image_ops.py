@@ -132,7 +132,8 @@ def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor)
         images: ``(B, C, H, W)`` floats in [0, 1], C = 1 or 3.
         ops: ``(B,)`` int64 indices into ``ALL_OPS``, on the images' device (read, and an index
             outside ``0 .. 15`` refused, only where :func:`values_on_host`: no GPU sync).
-        magnitudes: ``(B,)`` floats, signed where the op takes a sign.
+        magnitudes: ``(B,)`` floats, signed where the op takes a sign; posterize's bits kept are
+            0 .. 8 (read, and others refused, only where :func:`values_on_host`).
 
     Returns:
         ``(B, C, H, W)``, the images' dtype.
@@ -140,7 +141,7 @@ def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor)
     Raises:
         TypeError / ValueError: images that are not (B, C, H, W) floats with C = 1 or 3; ops or
             magnitudes not of shape (B,); ops that are not integers, or (read on the CPU only)
-            name no op.
+            name no op or keep posterize bits outside 0 .. 8.
 
     Example:
         >>> images = torch.rand(2, 3, 4, 5)
@@ -164,6 +165,15 @@ def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor)
             f"ops holds {wrong}, which name no op: ALL_OPS has {len(ALL_OPS)} (indices 0 .. "
             f"{len(ALL_OPS) - 1}); pick them with OPS.index('rotate') and the like."
         )
+    if values_on_host(magnitudes) and b:
+        bits = magnitudes[ops == POSTERIZE]
+        wrong = bits[(bits < 0) | (bits >= 9) | bits.isnan()].unique()[:5].tolist()
+        if wrong:
+            raise ValueError(
+                f"magnitudes hold {wrong} for posterize, which keeps 0 .. 8 bits of each 8-bit "
+                "level (8 leaves the image as it is, 0 makes it black; -5 would drop all 8 "
+                "without a word); give bits in 0 .. 8."
+            )
     if c not in (1, 3):
         raise ValueError(f"images have C={c} channels; these ops need 1 (grey) or 3 (RGB).")
     if b == 0:  # nothing to do (and affine_grid refuses an empty batch)

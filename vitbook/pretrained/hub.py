@@ -319,7 +319,7 @@ def load_pretrained(
         ValueError: an unknown repository or revision; missing, invalid or non-finite files; a
             pickle holding more than tensors (never unpickled); a config that does not match
             the weights; weights that do not convert (:func:`from_hf_state_dict`).
-        TypeError: a mistyped argument or config entry.
+        TypeError: a mistyped argument or config entry, or ``class_names`` as one str.
         ValueError: ``class_names`` without ``num_classes`` or not one per class.
 
     Example:
@@ -338,6 +338,9 @@ def load_pretrained(
             f"name must be a Hub repository such as {DEFAULT_CHECKPOINT!r} or a folder, got "
             f"{name!r}."
         )
+    if num_classes is not None:
+        _checks.integer("num_classes", num_classes, minimum=1, fix="e.g. num_classes=10")
+    _new_class_names(class_names, num_classes)  # checked before any file is read
     options = {"revision": revision, "cache_dir": cache_dir, "local_files_only": local_files_only}
     hf_config, weights, processor = _checkpoint_files(name, options)
     device = _checks.device("device", device)
@@ -346,7 +349,6 @@ def load_pretrained(
     except (TypeError, ValueError) as err:
         raise _checks.same_kind(err)(f"the checkpoint {name!r} does not convert: {err}") from err
     if num_classes is not None:
-        _checks.integer("num_classes", num_classes, minimum=1, fix="e.g. num_classes=10")
         model.reset_classifier(num_classes)  # zero-initialised, as in the paper's Section 3.2
     classes = model.config.num_classes
     names = _new_class_names(class_names, num_classes) or hf_class_names(hf_config)
@@ -364,6 +366,13 @@ def _new_class_names(
     class_names: tuple[str, ...] | None, num_classes: int | None
 ) -> tuple[str, ...] | None:
     """The names of a new head's classes, checked; None to keep the checkpoint's."""
+    if isinstance(class_names, str):
+        raise TypeError(
+            f"class_names={class_names!r} is one str, which would be read as "
+            f"{len(class_names)} names ({', '.join(map(repr, class_names[:3]))}"
+            f"{', ...' if len(class_names) > 3 else ''}); pass a tuple with one name per "
+            f"class, e.g. class_names=('cat', 'dog'), or ({class_names!r},) for one class."
+        )
     if class_names is None:
         return None if num_classes is None else tuple(f"class {i}" for i in range(num_classes))
     if num_classes is None:

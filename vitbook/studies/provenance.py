@@ -102,6 +102,10 @@ def cpu_run(where: str | os.PathLike, **fields: object) -> dict[str, object]:
     algorithms: the command, the date, ``fields`` (what it ran), the commit of the checkout of
     ``where``, the software and the machine.
 
+    ``uncommitted_changes`` is ``None`` where it is not known (``where`` is outside a git
+    checkout, or git is not installed), and ``uncommitted_changes_unknown`` then says why: a
+    run that cannot tell is not recorded as a run of clean code.
+
     Example:
         >>> entry = cpu_run(".", seeds=[0, 1])
         >>> entry["seeds"], entry["torch_threads"], entry["cpu_capability"] == cpu_capability()
@@ -109,13 +113,18 @@ def cpu_run(where: str | os.PathLike, **fields: object) -> dict[str, object]:
     """
     import numpy
 
+    status = git("status", "--porcelain", "--untracked-files=no", where=where)
+    changes = None if status == "unknown" else status != ""
+    unknown = {"uncommitted_changes_unknown": f"{Path(where).resolve()} is not in a git "
+               "checkout, or git is not installed: the commit and its changes are not "
+               "known"} if changes is None else {}  # fmt: skip
     return {
         "command": command(),
         "date": now(),
         **fields,
         "git_commit": git("rev-parse", "HEAD", where=where),
-        "uncommitted_changes": git("status", "--porcelain", "--untracked-files=no",
-                                   where=where) not in ("", "unknown"),  # fmt: skip
+        "uncommitted_changes": changes,
+        **unknown,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": numpy.__version__,

@@ -18,6 +18,9 @@ data file travel from one session to the next. This module keeps ``DIR``:
                                     each session's report names it)
     DIR/weights/ROW-seedS.safetensors  the trained weights of every seed 0 and every teacher
     DIR/cache/            torch.compile's caches (inductor, triton): no recompiling next time
+    DIR/.session.lock     held by the session recording now (StateFolder.session_lock): a
+                          second session on the folder is refused; .results.json.lock is
+                          held while a session or a run writes results.json
 
 A folder belongs to one identity (:meth:`StateFolder.claim`): a session with other data, another
 code version, torch, precision or model size is refused, and so is a run state of another recipe
@@ -33,9 +36,12 @@ See chapter: Real photos.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from vitbook import _checks, _files
@@ -45,6 +51,7 @@ __all__ = ["Concurrency", "StateFolder", "StateMismatchError", "budgets_left", "
 
 PACKAGE = Path(__file__).resolve().parents[1]  # vitbook/, every source of the package
 LAYOUT = ("plan.json", "results.json", "runs", "weights", "cache")  # a state folder's own names
+SESSION = "session"  # StateFolder.session_lock holds .session.lock
 
 
 class StateMismatchError(ValueError):
@@ -221,30 +228,94 @@ class StateFolder:
             raise RuntimeError(f"refusing to write {self.results_path}: it would lose runs.")
         _files.write_json(self.results_path, results)
 
+    def session_lock(self, *, wait: bool | float = False) -> contextlib.AbstractContextManager:
+        """Hold the folder for one session while the ``with`` block runs: two sessions on one
+        folder would train the same runs. The first holds it (an OS lock on ``.session.lock``,
+        which the system releases when its process ends, even killed); a second is refused.
+
+        ``scripts/train_cifar10.py`` holds it from before :meth:`claim` to after
+        :meth:`end_session`; the run processes it starts do not take it.
+
+        Args:
+            wait: ``False`` refuses at once; ``True`` waits for the other session to end; a
+                number waits that many seconds.
+
+        Raises:
+            vitbook._files.FileHeldError: another session holds the folder; names its process
+                (pid, host, command, since when) and what to do.
+
+        Example:
+            >>> import tempfile
+            >>> folder = StateFolder(tempfile.mkdtemp())
+            >>> with folder.session_lock():
+            ...     sorted(p.name for p in folder.root.iterdir())
+            ['.session.lock']
+        """
+        return self._session_lock(wait)
+
+    @contextlib.contextmanager
+    def _session_lock(self, wait: bool | float) -> Iterator[None]:
+        _files.check_output(self.root / ".probe")  # makes the folder, proves it writable
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(_files.hold(self.root / SESSION, wait=wait))
+            except _files.FileHeldError as error:
+                refused = _files.FileHeldError(
+                    errno.EAGAIN,
+                    f"another session records into the state folder {self.root}: "
+                    f"{error.holder} (lock file {_files.lock_path(self.root / SESSION)}). Two "
+                    "sessions at once would train the same runs. Nothing trained. Wait for it "
+                    "to end, or give --state another folder; if that process is yours and "
+                    "stuck, stop it (kill PID): the system then releases the lock, so never "
+                    "delete the lock file by hand.",
+                )
+                refused.holder = error.holder
+                raise refused from None
+            yield
+
     def begin_session(self, entry: dict[str, object]) -> int:
         """Append a session's provenance entry; return its index (runs name it)."""
-        before = self.results()
-        index = len(before["provenance"])
-        results = {**before, "provenance": [*before["provenance"], {**entry, "session": index}]}
-        self._write_results(results, before)
+        with _files.hold(self.results_path, wait=True):
+            before = self.results()
+            index = len(before["provenance"])
+            entry = {**entry, "session": index}
+            self._write_results({**before, "provenance": [*before["provenance"], entry]}, before)
         return index
 
     def end_session(self, index: int, **fields: object) -> None:
-        """Add what the session did (minutes used, runs finished) to its own entry."""
-        before = self.results()
-        provenance = list(before["provenance"])
-        provenance[index] = {**provenance[index], **fields}
-        self._write_results({**before, "provenance": provenance}, before)
+        """Add what the session did (minutes used, runs finished) to its own entry.
+
+        Raises:
+            ValueError: no session ``index`` in ``results.json``; names those there are.
+        """
+        with _files.hold(self.results_path, wait=True):
+            before = self.results()
+            provenance = list(before["provenance"])
+            count = len(provenance)
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+                there = ("holds no session" if not count else "holds session 0" if count == 1
+                         else f"holds sessions 0 to {count - 1}")  # fmt: skip
+                raise ValueError(
+                    f"end_session({index!r}): {self.results_path} {there}; end the index that "
+                    "begin_session returned (nothing was written)."
+                )
+            provenance[index] = {**provenance[index], **fields}
+            self._write_results({**before, "provenance": provenance}, before)
 
     def join_finished(self) -> list[dict]:
         """Move every finished run's record (``.done.json``) into ``results.json``, in the
-        order they finished; return the runs joined now.
+        order they finished; return the runs joined now. Two processes joining at once join
+        each run once: the folder's results are held (:func:`vitbook._files.hold`) meanwhile.
 
         Raises:
-            StateMismatchError: a record whose row or seed is not its file's, or that does not
-                fit the plan :meth:`claim` was given (row, an int seed, epochs, recipe); it is
-                named and kept, and nothing is joined.
+            StateMismatchError: a record whose row or seed is not its file's, that does not
+                fit the plan :meth:`claim` was given (row, an int seed, epochs, recipe), or
+                that holds a NaN; it is named and kept, and nothing is joined.
         """
+        with _files.hold(self.results_path, wait=True):
+            return self._join_finished()
+
+    def _join_finished(self) -> list[dict]:
         before = self.results()
         have = {(run["row"], run["seed"]) for run in before["runs"]}
         done = []
@@ -253,6 +324,9 @@ class StateFolder:
             problem = self._against_plan(run, str(path))
             if not problem and path.name != f"{key_name(run['row'], run['seed'])}.done.json":
                 problem = f"{path} holds {run['row']} seed {run['seed']}, not the run its name says"
+            if not problem and (found := _files._first_non_finite(run)):
+                problem = (f"{path} holds {found[1]} at {found[0]}, which JSON (results.json) "
+                           "cannot hold; write null there, saying why beside it")  # fmt: skip
             if problem:
                 raise StateMismatchError(
                     f"{problem}. Nothing joined: it belongs to another plan or was copied in; "
@@ -282,8 +356,9 @@ class StateFolder:
 
 def _temporary(name: str) -> bool:
     """A file :mod:`vitbook.studies.records` leaves only when killed mid-write
-    (``.results.json.*.tmp``)."""
-    return name.startswith(".") and name.endswith((".tmp", ".probe"))
+    (``.results.json.*.tmp``), or a lock file of the folder's own (``.session.lock``)."""
+    locks = {f".{own}.lock" for own in (*LAYOUT, SESSION)}
+    return name.startswith(".") and (name.endswith((".tmp", ".probe")) or name in locks)
 
 
 class Concurrency:

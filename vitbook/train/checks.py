@@ -182,7 +182,27 @@ def mixed(
                 f"{name} returned {len(targets)} targets on {targets.device} for {len(images)} "
                 f"images on {images.device}; return one target per image, on their device."
             )
+        if targets.ndim == 2:
+            soft_targets(targets, name)
     return augmented(out[0], images, name, first), out[1]
+
+
+def soft_targets(targets: torch.Tensor, name: str) -> None:
+    """(B, n_cls) soft targets, read once (the first step): each row a distribution over the
+    classes, finite, in [0, 1] and summing to 1 (to 1e-2: bf16 targets round so)."""
+    rows = targets.detach().float()
+    sums = rows.sum(dim=1)
+    bad = ~(rows.isfinite().all(dim=1) & (rows >= 0).all(dim=1) & (rows <= 1).all(dim=1)
+            & ((sums - 1).abs() <= 1e-2))  # fmt: skip
+    if bad.any():
+        first = int(bad.nonzero()[0])
+        raise ValueError(
+            f"{name} returned soft targets whose row {first} sums to {float(sums[first]):.4g} "
+            f"({int(bad.sum())} of {len(rows)} rows are not distributions: entries in [0, 1] "
+            "summing to 1); cross-entropy against them would train on a scaled or negative "
+            "loss. Mix one-hot rows (lam * y_a + (1 - lam) * y_b), or normalise "
+            "(targets / targets.sum(1, keepdim=True))."
+        )
 
 
 def fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
