@@ -19,7 +19,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from vitbook.data import sample_image
 from vitbook.data.augment import (
     OPS,
-    _magnitude_table,
     apply_ops,
     compose,
     mixup_cutmix,
@@ -29,6 +28,7 @@ from vitbook.data.augment import (
     random_resized_crop,
     trivial_augment_wide,
 )
+from vitbook.data.randaugment import torchvision_magnitudes
 from vitbook.train import random_shift
 
 B, C, H, W = 5, 3, 7, 9  # all different, so a swapped axis fails loudly
@@ -146,7 +146,7 @@ TORCHVISION_SPACE = {  # torchvision 0.28 transforms/v2/_auto_augment.py, writte
 @pytest.mark.parametrize("bins", [2, 11, 31])
 def test_magnitude_bins_are_torchvisions(wide, bins):
     space = TORCHVISION_SPACE[wide]
-    table = _magnitude_table(wide, bins, H, W, torch.device("cpu"))
+    table = torchvision_magnitudes(wide, bins, H, W, torch.device("cpu"))
     expected = {
         "identity": torch.zeros(bins),
         "shear_x": space["shear"](bins, H, W),
@@ -172,7 +172,7 @@ def test_rand_augment_is_num_ops_rounds_of_apply_ops_with_its_draws():
     replay = seeded(11)  # the same draws, in the same order
     ops = torch.randint(0, len(OPS), (2, 32), generator=replay)
     negative = torch.rand((2, 32), generator=replay) <= 0.5
-    values = _magnitude_table(False, 31, H, W, torch.device("cpu"))[ops, 9]
+    values = torchvision_magnitudes(False, 31, H, W, torch.device("cpu"))[ops, 9]
     signed = (ops >= OPS.index("shear_x")) & (ops <= OPS.index("sharpness"))
     values = torch.where(negative & signed, -values, values)
     expected = apply_ops(apply_ops(images, ops[0], values[0]), ops[1], values[1])
@@ -330,7 +330,7 @@ def test_each_op_matches_torchvision_at_every_magnitude(wide):
     assert tuple(TORCHVISION_NAMES.values()) == OPS
     image = photos()["photo"]
     _, h, w = image.shape
-    table = _magnitude_table(wide, 31, h, w, torch.device("cpu"))
+    table = torchvision_magnitudes(wide, 31, h, w, torch.device("cpu"))
     for k, (name, op) in enumerate(TORCHVISION_NAMES.items()):
         signs = (1, -1) if OPS.index("shear_x") <= k <= OPS.index("sharpness") else (1,)
         for m in [float(v) * sign for v in table[k] for sign in signs]:

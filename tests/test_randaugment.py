@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from vitbook.data.image_ops import ALL_OPS, OPS, apply_ops
-from vitbook.data.randaugment import _timm_magnitudes, rand_augment, trivial_augment_wide
+from vitbook.data.randaugment import rand_augment, timm_magnitudes, trivial_augment_wide
 
 B, C, H, W = 6, 3, 11, 14
 
@@ -43,7 +43,7 @@ def test_magnitudes_are_timms_level_to_arg():
     for m in np.linspace(0, 10, 41):
         for sign in (1, -1):
             index = torch.tensor([ALL_OPS.index(op) for op in ops])
-            got = _timm_magnitudes(
+            got = timm_magnitudes(
                 index, torch.full((15,), float(m)), torch.full((15,), sign < 0), H, W
             )
             expected = torch.tensor([timm_argument(op, float(m), sign, H, W) for op in ops])
@@ -52,8 +52,8 @@ def test_magnitudes_are_timms_level_to_arg():
 
 def test_deit_policy_rotates_up_to_27_degrees_at_m9_and_torchvision_bin_9_is_m3():
     rotate = torch.tensor([ALL_OPS.index("rotate")])
-    m9 = _timm_magnitudes(rotate, torch.tensor([9.0]), torch.tensor([False]), H, W)
-    m3 = _timm_magnitudes(rotate, torch.tensor([3.0]), torch.tensor([False]), H, W)
+    m9 = timm_magnitudes(rotate, torch.tensor([9.0]), torch.tensor([False]), H, W)
+    m3 = timm_magnitudes(rotate, torch.tensor([3.0]), torch.tensor([False]), H, W)
     assert m9.item() == pytest.approx(27.0) and m3.item() == pytest.approx(9.0)  # 30 * 9 / 30
 
 
@@ -66,7 +66,7 @@ def test_timm_policy_is_num_ops_rounds_of_apply_ops_with_its_draws():
     noise = torch.randn((2, 64), generator=replay)
     negative = torch.rand((2, 64), generator=replay) > 0.5
     m = (9 + 0.5 * noise).clamp(0, 10)
-    values = _timm_magnitudes(ops, m, negative, H, W)
+    values = timm_magnitudes(ops, m, negative, H, W)
     ops = torch.where(applied, ops, 0)
     expected = apply_ops(apply_ops(images, ops[0], values[0]), ops[1], values[1])
     assert torch.equal(out, expected)

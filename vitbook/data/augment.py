@@ -34,11 +34,10 @@ import torch.nn.functional as F
 from vitbook import _checks
 from vitbook.data.image_ops import ALL_OPS, OPS, apply_ops, check_call
 from vitbook.data.mixing import mixup_cutmix
-from vitbook.data.randaugment import _magnitude_table, rand_augment, trivial_augment_wide
+from vitbook.data.randaugment import rand_augment, trivial_augment_wide
 
 __all__ = ["ALL_OPS", "OPS", "apply_ops", "compose", "mixup_cutmix", "rand_augment"]
 __all__ += ["random_crop_flip", "random_erasing", "random_resized_crop", "trivial_augment_wide"]
-__all__ += ["_magnitude_table"]  # torchvision's bins, for the tests that compare them
 
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Mix = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]

@@ -45,7 +45,8 @@ from vitbook.data.image_ops import (
     values_on_host,
 )
 
-__all__ = ["SCALES", "rand_augment", "trivial_augment_wide"]
+__all__ = ["SCALES", "rand_augment", "timm_magnitudes", "torchvision_magnitudes"]
+__all__ += ["trivial_augment_wide"]
 
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 SCALES = ("torchvision", "timm")
@@ -74,10 +75,17 @@ def _unit_images(images: torch.Tensor) -> None:
         )
 
 
-def _magnitude_table(
+def torchvision_magnitudes(
     wide: bool, bins: int, height: int, width: int, device: torch.device
 ) -> torch.Tensor:
-    """``(len(OPS), bins)``: torchvision's magnitude bins per op, built on the device."""
+    """torchvision's magnitude bins, one row per op of ``OPS``, in ``apply_ops``'s units.
+
+    Returns a ``(len(OPS), bins)`` tensor on ``device``: RandAugment's ranges for images of
+    ``height`` x ``width`` pixels, or TrivialAugmentWide's wider ones with ``wide=True``.
+    Column ``m`` is magnitude bin ``m`` (RandAugment's default: 31 bins, bin 9).
+
+    See chapter: The photo recipe ladder, recorded on an H100.
+    """
     if wide:  # TrivialAugmentWide's wider ranges
         shear, tx, ty, rotate, enhance, bits_dropped = 0.99, 32.0, 32.0, 135.0, 0.99, 6
     else:
@@ -108,7 +116,7 @@ def _policy(num_ops: int, magnitude: int | None, bins: int) -> Augment:
         else:
             bin_index = torch.full(shape, magnitude, device=device)
         negative = torch.rand(shape, generator=generator, device=device) <= 0.5
-        table = _magnitude_table(magnitude is None, bins, *images.shape[-2:], device)
+        table = torchvision_magnitudes(magnitude is None, bins, *images.shape[-2:], device)
         values = table[ops, bin_index]  # (num_ops, B)
         values = torch.where(negative & (ops >= SHEAR_X) & (ops <= SHARPNESS), -values, values)
         for k in range(num_ops):  # a loop over the rounds, not over the images
@@ -119,13 +127,16 @@ def _policy(num_ops: int, magnitude: int | None, bins: int) -> Augment:
     return augment
 
 
-def _timm_magnitudes(
+def timm_magnitudes(
     ops: torch.Tensor, m: torch.Tensor, negative: torch.Tensor, height: int, width: int
 ) -> torch.Tensor:
     """timm's ``LEVEL_TO_ARG`` (``inc1`` set) on the device, in ``apply_ops``'s units.
 
-    ``m`` is the magnitude on timm's 0-10 scale (after the noise and the clip); ``negative`` is
-    ``_randomly_negate``'s draw, used by the ops that take a sign.
+    ``ops`` are indices into ``ALL_OPS``, ``m`` the magnitude of each on timm's 0-10 scale (after
+    the noise and the clip), ``negative`` timm's ``_randomly_negate`` draw for the ops that take
+    a sign; all three of one shape, which the result has too.
+
+    See chapter: The photo recipe ladder, recorded on an H100.
     """
     level = m / 10
     sign = torch.where(negative, -1.0, 1.0)
@@ -162,7 +173,7 @@ def _timm_policy(num_ops: int, magnitude: float, magnitude_std: float) -> Augmen
         noise = torch.randn(shape, generator=generator, device=device)
         negative = torch.rand(shape, generator=generator, device=device) > 0.5
         m = (magnitude + magnitude_std * noise).clamp(0, 10)  # (num_ops, B)
-        values = _timm_magnitudes(ops, m, negative, *images.shape[-2:])
+        values = timm_magnitudes(ops, m, negative, *images.shape[-2:])
         ops = torch.where(applied, ops, IDENTITY)
         for k in range(num_ops):  # a loop over the rounds, not over the images
             images = apply_ops(images, ops[k], values[k])
