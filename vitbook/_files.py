@@ -1,25 +1,10 @@
-"""Files that must not be lost: one place for the shipped assets, checked paths, atomic writes.
+"""Files that must not be lost: the shipped assets, checked paths, atomic writes, one writer.
 
-The book's recorded results (``vitbook/assets``: the photo ladder, the digits experiments, the
-transfer miniature, the shipped models) are real runs that took hours. Every script and module
-that writes or reads them goes through this module, so that nothing recorded is lost by a
-careless command:
-
-- :data:`ASSETS` is the folder of the shipped files, named once.
-- :func:`check_output` checks a results path *before* any training or test read: its folder
-  exists or can be made, it is not a folder, it is writable, and it is not a shipped file unless
-  the caller says so explicitly (``write_assets=True``, a script's ``--write-assets`` flag).
-- :func:`write_json`, :func:`write_bytes` and :func:`write_with` write a temporary file in the
-  same folder, flush it to the disk (``fsync``) and move it into place with ``os.replace``: a
-  reader sees the old file or the new one, never half a file, and a failed write (a full disk,
-  say) leaves the old file as it was and no temporary file behind.
-- :func:`read_json` reads a results file with errors that name it and say what to do;
-  :func:`check_finite` refuses, before a run trains, a file it could not write back (a NaN).
-- :func:`hold` takes a file for one writer at a time (an OS lock on ``.NAME.lock`` beside it,
-  released by the system when its process ends, even killed); :func:`update_json` reads,
-  changes and writes a results file under it, so two runs on one file lose no run.
-  :func:`new_path` reserves the name it returns, so two runs started in the same second never
-  share a default output.
+Whatever reads or writes the book's recorded runs (``vitbook/assets``) goes through here:
+:func:`check_output` before a run trains; :func:`write_with`, :func:`write_bytes` and
+:func:`write_json` write atomically (a reader sees the old file or the new one); :func:`read_json`
+and :func:`check_finite` read with errors that say what to do; :func:`hold` and
+:func:`update_json` admit one writer at a time; :func:`new_path` names a fresh default output.
 
 See chapter: Real photos.
 """
@@ -75,8 +60,7 @@ class ResultsFileError(ValueError):
 
 
 class FileHeldError(OSError):
-    """A file that another process holds (:func:`hold`); the message names the file, that
-    process (pid, host, command, since when) and what to do.
+    """A file that another process holds (:func:`hold`); the message names both and the fix.
 
     See chapter: Real photos.
     """
@@ -105,11 +89,9 @@ def is_shipped(path: str | os.PathLike) -> bool:
 def new_path(folder: str | os.PathLike, stem: str, suffix: str = ".json") -> Path:
     """A file name in ``folder`` that does not exist yet: ``stem-YYYYmmddTHHMMSSZ.suffix``.
 
-    A later run gets another name (``-2``, ``-3``... within the same second), so a script's
-    default output never replaces an earlier one. The name is reserved atomically (a hidden
-    ``.NAME.new`` made with ``O_EXCL``), so two runs started in the same second get two names;
-    the file itself is not made. The reservation goes when :func:`write_with` writes the file,
-    or when the process exits without writing it.
+    Within one second later calls get ``-2``, ``-3``... The name is reserved (a hidden
+    ``.NAME.new``, made with ``O_EXCL``) until :func:`write_with` writes it or the process exits;
+    the file itself is not made.
 
     Example:
         >>> import tempfile
@@ -170,17 +152,12 @@ def check_output(
     flag: str = "--write-assets",
     exists_ok: bool = True,
 ) -> Path:
-    """Check that a run can write ``path``, before it trains: a run must not end unable to save.
-
-    Makes the folder if it is missing, then writes and removes a temporary file there, which
-    proves that it is writable (permissions, a read-only or full file system).
+    """Check, before a run trains, that it can write ``path``; make its folder if missing.
 
     Args:
-        path: the file a script will write.
-        write_assets: allow a file in ``vitbook/assets`` (the files the book ships).
+        write_assets: allow a file in ``vitbook/assets``.
         flag: the script's flag that sets ``write_assets``, named in the error.
-        exists_ok: allow an existing file (which the caller then appends to or checks);
-            otherwise an existing file is refused.
+        exists_ok: allow an existing file; otherwise it is refused.
 
     Returns:
         ``path`` as a ``Path``.
@@ -251,13 +228,9 @@ def write_with(
 ) -> None:
     """Let ``write(temporary)`` write a file beside ``path``, then move it into place atomically.
 
-    ``write`` gets the path of a new, empty temporary file in ``path``'s folder (a writer that
-    refuses to replace foreign files needs its ``overwrite`` flag); the file is then flushed to
-    the disk (``fsync``) and moved onto ``path`` with ``os.replace``. On any failure (a full disk,
-    an interrupt) the temporary file is removed and an existing ``path`` is left as it was.
-    A full disk (``ENOSPC``) is an ``OSError`` of that errno whose message names ``path``, how
-    much was to be written (``size``, in bytes, when known; else what the writer had written)
-    and what to do.
+    The temporary file is new and empty, in ``path``'s folder; it is flushed (``fsync``) and moved
+    with ``os.replace``. On any failure it is removed and ``path`` is left as it was; a full disk
+    raises ``OSError(ENOSPC)`` naming ``path`` and ``size`` (bytes, when known).
 
     Example:
         >>> import tempfile
@@ -331,13 +304,9 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def write_json(path: str | os.PathLike, data: object) -> None:
     """Write ``data`` as indented JSON to ``path``, atomically (see :func:`write_with`).
 
-    JSON has no NaN or infinity: Python's ``json`` would write the literals ``NaN`` and
-    ``Infinity``, which other readers (a browser, ``jq``, pandas' strict mode) refuse. Such a
-    number is refused before anything is written, named by where it is in ``data``, and an
-    existing file is left as it was.
-
     Raises:
-        ValueError: a NaN or infinite float in ``data``, with its place (``runs[3].accuracy``).
+        ValueError: a NaN or infinite float in ``data`` (JSON has none), with its place
+            (``runs[3].accuracy``); nothing is written.
 
     Example:
         >>> import tempfile
@@ -363,9 +332,7 @@ def write_json(path: str | os.PathLike, data: object) -> None:
 
 
 def check_finite(path: str | os.PathLike, data: object, *, remedy: str) -> None:
-    """Refuse data read from ``path`` that :func:`write_json` could not write back: a NaN or an
-    infinity, which an older ``write_json`` wrote as the literal ``NaN``. A script checks the
-    file it appends to before it trains, so that a trained run is never left without a file.
+    """Refuse data read from ``path`` that :func:`write_json` could not write back (NaN, inf).
 
     Raises:
         ResultsFileError: the first such number, with its place (``runs[3].accuracy``).
@@ -406,16 +373,11 @@ def _first_non_finite(data: object, where: str = "") -> tuple[str, float] | None
 
 
 def read_json(path: str | os.PathLike, *, remedy: str) -> dict:
-    """A results file as a dict, with errors that name the file and say what to do.
-
-    Args:
-        path: the file.
-        remedy: how to make the file again, appended to the errors (a script's command).
+    """A results file as a dict; ``remedy`` (how to make it again) ends each error.
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ResultsFileError: a folder, a file that is not UTF-8 JSON (damaged or truncated), JSON
-            nested too deep to read, or JSON that is not an object.
+        ResultsFileError: a folder, not UTF-8 JSON, nested too deep, or not a JSON object.
 
     Example:
         >>> import tempfile
@@ -492,18 +454,16 @@ def _holder(lock: Path) -> str:
 
 @contextlib.contextmanager
 def hold(path: str | os.PathLike, *, wait: bool | float = False) -> Iterator[Path]:
-    """Hold ``path`` for this process alone while the ``with`` block runs.
+    """Hold ``path`` for this process alone while the ``with`` block runs; yields the lock file.
 
-    Takes the system's exclusive lock (``flock``; ``msvcrt.locking`` on Windows) on
-    ``.NAME.lock`` beside ``path`` and writes into it who holds it (pid, host, command, since).
-    The system releases it when the process ends, even killed, so a dead holder never blocks.
-    The same thread may hold a path again inside its block; a process forked while holding
-    shares the lock until it ends.
+    The lock is the system's (``flock``; ``msvcrt.locking`` on Windows) on ``.NAME.lock``, which
+    notes the holder (pid, host, command, since); it goes when the process ends, even killed. The
+    same thread may hold a path again inside its block.
 
     Args:
-        path: the file (or folder) to hold; it need not exist.
-        wait: ``False`` refuses at once if another process holds it; ``True`` waits as long as
-            it takes, saying once on stderr for whom; a number waits that many seconds.
+        path: the file or folder to hold; it need not exist.
+        wait: ``False`` refuses at once; ``True`` waits, saying so once on stderr; a number waits
+            that many seconds.
 
     Raises:
         FileHeldError: another process holds ``path`` (and ``wait`` ran out), naming it.
@@ -575,10 +535,10 @@ def _acquire(lock: Path, path: str | os.PathLike, wait: bool | float) -> int:
 
 def update_json(path: str | os.PathLike, change: Callable[[dict | None], dict], *, remedy: str,
                 wait: bool | float = True) -> dict:  # fmt: skip
-    """Read ``path``, let ``change`` make its new content, write it: all under :func:`hold`.
+    """Read ``path``, let ``change`` make its new content, write it, all under :func:`hold`.
 
-    ``change`` gets what the file holds *now* (``None`` if nothing yet), including what another
-    run wrote meanwhile, and returns what to write, which is also returned.
+    ``change`` gets what the file holds now (``None`` if nothing) and returns what to write, which
+    is returned.
 
     Example:
         >>> import tempfile
