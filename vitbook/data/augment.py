@@ -1,24 +1,16 @@
 """Per-sample image augmentation on the device: crops and flips, random erasing, RandAugment,
 MixUp and CutMix.
 
-An augmentation is a callable ``augment(images, generator) -> images`` on a batch ``(B, C, H, W)``
-of floats in [0, 1], on the CPU or a GPU, with a ``torch.Generator`` on the same device. Each
-image gets its own random draws; the work is a fixed number of tensor operations whatever B is
-(no Python loop over the batch); no value is read back to the host (no ``.item()``, no
-boolean-mask indexing), so the GPU need not wait; the same generator state gives the same batch.
-A batch mix ``mix(images, labels, generator) -> (images, targets)`` also returns soft targets
-``(B, n_cls)`` for ``F.cross_entropy``. Ops run in float32 and return the input's dtype. Call them
-outside ``torch.compile``, which cannot trace a ``torch.Generator`` argument (``apply_ops``,
-which takes none, compiles without graph breaks).
-
-Values on a GPU are never read per batch (that would be a host sync): an augmentation that needs
-images in [0, 1] (RandAugment's ops act on 256 levels) says so in its ``value_range`` attribute, a
-mix its class count in ``num_classes``, and ``vitbook.train.fit`` checks the training data against
-them once. Called on the CPU, where reading a value costs no sync, RandAugment and TrivialAugment
-refuse images outside [0, 1], a mix labels outside its classes and ``apply_ops`` an op index
-outside ``ALL_OPS`` (``vitbook.data.image_ops.values_on_host``). RandAugment and TrivialAugmentWide
-live in :mod:`vitbook.data.randaugment`, their ops in :mod:`vitbook.data.image_ops`; both are
-imported here too.
+An augmentation is ``augment(images, generator) -> images`` on floats ``(B, C, H, W)`` in
+[0, 1], with a ``torch.Generator`` on the images' device; a mix is
+``mix(images, labels, generator) -> (images, targets (B, n_cls))``. Each image draws its own
+values, with a fixed number of tensor operations and no host sync; the same generator state
+gives the same batch. Ops compute in float32 and return the input's dtype. Call them outside
+``torch.compile`` (it cannot trace a generator argument). A GPU batch's values are not checked:
+``value_range`` and ``num_classes`` attributes tell ``vitbook.train.fit``, which checks the
+data once; on the CPU the ops check them (``vitbook.data.image_ops.values_on_host``).
+RandAugment and TrivialAugmentWide (:mod:`vitbook.data.randaugment`) and the ops
+(:mod:`vitbook.data.image_ops`) are imported here too.
 
 See chapter: Real photos.
 """
@@ -46,22 +38,19 @@ Mix = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor
 def random_crop_flip(padding: int = 4, flip: bool = True) -> Augment:
     """Pad with zeros, crop back to H x W at a random offset, and flip half of the images.
 
-    Each image draws offsets ``dy, dx`` uniform in ``0 .. 2 * padding`` (one
-    ``torch.randint(0, 2 * padding + 1, (B, 2))``, then ``torch.rand(B) < 0.5`` for the flips);
-    the crop reads ``padded[b, c, dy + i, dx + j]`` by index arithmetic. With ``flip=False`` it
-    is ``vitbook.train.random_shift(padding)``, bit for bit on the CPU.
+    Offsets ``dy, dx`` are uniform in ``0 .. 2 * padding`` per image. With ``flip=False`` it is
+    ``vitbook.train.random_shift(padding)``, bit for bit on the CPU.
 
     Args:
-        padding: zeros added on each side; 4 for 32 x 32 photos, as in the ResNet and ViT recipes.
+        padding: zeros added on each side; 4 for 32 x 32 photos.
         flip: also mirror each image left-right with probability 1/2.
 
     Returns:
         ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``.
 
     Raises:
-        TypeError / ValueError: for a padding that is not an int >= 0 or a flip that is not a bool;
-            when called, a padding not below the images' height and width (a crop could then
-            hold no pixel of its image, only zeros).
+        TypeError / ValueError: a padding that is not an int >= 0 or a flip that is not a bool;
+            when called, a padding not below the images' height and width.
 
     Example:
         >>> images = torch.arange(2 * 1 * 3 * 3.0).reshape(2, 1, 3, 3)
@@ -123,10 +112,8 @@ def _boxes(
     generator: torch.Generator,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sides of ``ATTEMPTS`` boxes per image: ``(sqrt(a r), sqrt(a / r))``, each (B, ATTEMPTS).
-
-    The area ``a`` is uniform in ``scale`` times ``area``, the ratio ``r`` log-uniform in
-    ``ratio``; both are rounded to whole pixels.
+    """Sides ``(sqrt(a r), sqrt(a / r))`` of ``ATTEMPTS`` boxes per image, each (B, ATTEMPTS):
+    ``a`` uniform in ``scale`` times ``area``, ``r`` log-uniform in ``ratio``, rounded to pixels.
     """
     shape = (b, ATTEMPTS)
     u = torch.rand(shape, generator=generator, device=device)
@@ -156,22 +143,13 @@ def random_resized_crop(
 ) -> Augment:
     """The Inception crop: a random box of the image, resized back to H x W, drawn per image.
 
-    The ViT authors train with it (``inception_crop`` in vit_jax's ``input_pipeline.py``,
-    crop area 5% to 100%, then a flip); torchvision's ``RandomResizedCrop`` is the same idea.
-    A box covers a fraction of the image's area uniform in ``scale`` with a width / height
-    ratio log-uniform in ``ratio``, sides rounded to whole pixels, at a uniform position; it
-    is resized to H x W bilinearly (one ``F.grid_sample`` with per-image matrices, sampling
-    only inside the box, as cropping and then ``F.interpolate(..., align_corners=False)``).
-
-    How the box is drawn: torchvision tries up to 10 boxes one after another until one fits
-    inside the image, then falls back to the central crop of the largest box with a ratio in
-    ``ratio`` (the whole image when its own ratio is in range). Here every image draws all 10
-    boxes at once (``rand(B, 10)`` for the areas, then for the ratios) and takes the first
-    that fits, or that fallback: the same distribution, with no loop and no host sync, and the
-    generator always advances by the same amount. vit_jax's TensorFlow sampler differs a little
-    more: up to 100 attempts, a ratio uniform (not log-uniform) in [3/4, 4/3], and the whole
-    image as the fallback. Then ``rand(B)`` twice for the offsets (rows, columns) and, with
-    ``flip``, ``rand(B) < 0.5`` for the mirrored images.
+    A box covers a fraction of the area uniform in ``scale``, with a width / height ratio
+    log-uniform in ``ratio``, at a uniform position; it is resized bilinearly (as cropping, then
+    ``F.interpolate(..., align_corners=False)``). As torchvision's ``RandomResizedCrop``: the first
+    of 10 boxes that fits, else the central crop of the largest box with a ratio in range (the 10
+    are drawn at once per image). vit_jax's ``inception_crop`` differs a little (100 attempts, a
+    uniform ratio, the whole image as the fallback). Draws: ``rand(B, 10)`` for the areas, then
+    the ratios; ``rand(B)`` for the rows, then the columns; with ``flip``, ``rand(B) < 0.5``.
 
     Args:
         scale: (low, high) fraction of the image's area, in (0, 1]; (0.05, 1) as vit_jax,
@@ -183,8 +161,8 @@ def random_resized_crop(
         ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``.
 
     Raises:
-        TypeError / ValueError: for a scale or ratio that is not a pair of positive numbers
-            with low <= high (scale at most 1), or a flip that is not a bool.
+        TypeError / ValueError: a scale or ratio that is not a pair of positive numbers with
+            low <= high (scale at most 1), or a flip that is not a bool.
 
     Example:
         >>> crop = random_resized_crop(flip=True)
@@ -254,22 +232,14 @@ def random_erasing(
 ) -> Augment:
     """Random erasing (Zhong et al. 2020) as timm and DeiT apply it: a box of noise, per image.
 
-    timm's ``RandomErasing(probability=0.25, mode="pixel", max_count=1)``, DeiT's setting: with
-    probability ``p`` an image gets one box of a fraction of its area uniform in ``scale``, with
-    a height / width ratio log-uniform in ``ratio``, at a uniform position; timm tries up to 10
-    boxes for one that fits strictly inside the image (else the image stays as it is), and here
-    all 10 are drawn at once per image and the first that fits is taken (no loop, no host sync).
-
-    timm's "pixel" mode fills the box with "per-pixel random (normal) color", drawn after the
-    images are normalised: N(0, 1) in the model's input units. Here the images are still in
-    [0, 1] before the model's ``Normalize``, so the box gets ``mean + std * N(0, 1)`` per pixel
-    and channel, with the batch's per-channel mean and standard deviation: after a ``Normalize``
-    with the data's statistics it is close to timm's N(0, 1). The box is not clipped to [0, 1],
-    as timm's is not: apply random erasing last (``compose(..., random_erasing())``), as timm
-    applies it after everything else.
-
-    The draws, in order: ``rand(B) < p`` (which images), ``rand(B, 10)`` for the areas and for
-    the ratios, ``rand(B)`` for the rows and the columns, ``randn(B, C, H, W)`` for the noise.
+    As timm's ``RandomErasing(probability=0.25, mode="pixel", max_count=1)``: with probability
+    ``p`` an image gets one box (area fraction uniform in ``scale``, height / width log-uniform in
+    ``ratio``, the first of 10 that fits strictly inside, else none). The box holds
+    ``mean + std * N(0, 1)`` per pixel and channel with the batch's channel statistics, which a
+    ``Normalize`` with the data's statistics makes close to timm's N(0, 1); it is not clipped, so
+    apply random erasing last (``compose(..., random_erasing())``). Draws: ``rand(B) < p``,
+    ``rand(B, 10)`` for the areas, then the ratios, ``rand(B)`` for the rows, then the columns,
+    ``randn(B, C, H, W)`` for the noise.
 
     Args:
         p: the probability that an image gets a box; 0.25 in DeiT.
@@ -280,8 +250,8 @@ def random_erasing(
         ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``.
 
     Raises:
-        TypeError / ValueError: for a p outside [0, 1], or a scale or ratio that is not a pair
-            of positive numbers with low <= high (scale at most 1).
+        TypeError / ValueError: a p outside [0, 1], or a scale or ratio that is not a pair of
+            positive numbers with low <= high (scale at most 1).
 
     Example:
         >>> erase = random_erasing(p=1.0)
@@ -328,7 +298,7 @@ def compose(*augments: Augment) -> Augment:
         ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``.
 
     Raises:
-        TypeError: if an argument is not callable.
+        TypeError: an argument is not callable.
 
     Example:
         >>> augment = compose(random_crop_flip(4), rand_augment(2, 9))

@@ -1,15 +1,9 @@
 """CIFAR-10: real photos for training a ViT, with a validation split and an offline stand-in.
 
-CIFAR-10 (Krizhevsky, 2009) holds 60,000 colour photos of 32 x 32 pixels in ten classes, 50,000
-for training and 10,000 for testing. :func:`load_cifar10` reads them from torchvision (which
-downloads them once, where there is a network and ``download=True``) or from a ``.npz`` file of
-arrays in torchvision's layout, and holds out a validation split of the training photos: every
-choice (recipe, epochs) is made on it, and the test photos are read once, for the numbers
-reported. :func:`cifar10_standin` makes a small task of the same shape from the photos that ship
-with matplotlib and scikit-learn, so that the code that trains on CIFAR-10 runs offline too.
-
-Images come back as float32 tensors (B, 3, 32, 32) in [0, 1]; :class:`Normalize`, the first layer
-of the photo models, subtracts the per-channel mean and divides by the standard deviation.
+:func:`load_cifar10` reads CIFAR-10 (60,000 photos, 32 x 32, ten classes) from torchvision or a
+``.npz`` and holds out a validation split of the training photos; :func:`cifar10_standin` is a
+small task of the same shape that runs offline. Images are float32 (B, 3, 32, 32) in [0, 1];
+:class:`Normalize`, the photo models' first layer, standardises them.
 
 See chapter: Real photos.
 """
@@ -61,8 +55,7 @@ class ImageSplits:
         train, val, test: ``(images (B, 3, H, W) float32 in [0, 1], labels (B,) int64)``.
         classes: the class names, index = label.
         source: where the photos came from, e.g. ``"torchvision CIFAR10 at ~/.cache/..."``.
-        sha256: a checksum of the photos and labels as read (uint8 pixels, int64 labels), which
-            tells two copies of a data set apart (the original and a re-encoded one, say).
+        sha256: a checksum of the photos and labels as read (uint8 pixels, int64 labels).
 
     Example:
         >>> splits = cifar10_standin(n_train=30, n_val=6, n_test=6)
@@ -96,21 +89,14 @@ class ImageSplits:
 class Normalize(nn.Module):
     """Subtract a per-channel mean and divide by a per-channel standard deviation.
 
-    The first layer of a photo model, so that the model takes images in [0, 1] and everything
-    that handles images (augmentation, plots) sees them unnormalised. ``mean`` and ``std`` are
-    non-persistent buffers: a state dict holds only the model's weights.
-
-    It computes in the images' floating-point dtype (so a half-precision model gets half
-    images back) and refuses what it would silently get wrong: integer images (8-bit pixels
-    minus a mean cast to uint8 give nonsense; divide by 255 first) and a number of channels other
-    than ``len(mean)`` (grey images would be broadcast to three channels without a word). These
-    are checks of dtype and shape only, so they cost no GPU sync.
+    The first layer of a photo model, so that everything else sees images in [0, 1]. ``mean`` and
+    ``std`` are non-persistent buffers; it computes in the images' floating-point dtype.
 
     Shapes:
         forward: (B, C, H, W) -> (B, C, H, W), C = ``len(mean)``.
 
     Raises:
-        TypeError: in ``forward``, images that are not floating point.
+        TypeError: in ``forward``, images that are not floating point (divide 8-bit ones by 255).
         ValueError: ``mean`` and ``std`` of different lengths or a ``std`` <= 0; in ``forward``,
             images that are not (B, C, H, W) with C = ``len(mean)``.
 
@@ -299,19 +285,17 @@ def load_cifar10(
 
     Args:
         source: ``None`` for torchvision's copy in ``~/.cache/vitbook/cifar10``; a folder for
-            torchvision's copy there; or a ``.npz`` file with ``x_train`` (50000, 32, 32, 3) uint8,
+            torchvision's copy there; or a ``.npz`` with ``x_train`` (50000, 32, 32, 3) uint8,
             ``y_train``, ``x_test``, ``y_test`` (torchvision's ``.data`` and ``.targets``).
         download: let torchvision download the data set (about 170 MB, once) if it is missing.
         val_size: training photos held out for validation, the same number from every class.
-        seed: which photos are held out (the split is the same for the same seed).
+        seed: which photos are held out.
 
     Returns:
-        :class:`ImageSplits` with 50000 - val_size training, val_size validation and 10,000
-        test photos (for the full data set), and the checksum of what was read.
+        :class:`ImageSplits`: 50000 - val_size training, val_size validation and 10,000 test photos.
 
     Raises:
-        DataUnavailableError: no copy here and none downloadable (offline, or without
-            torchvision), with what to do.
+        DataUnavailableError: no copy here and none downloadable, with what to do.
         ValueError / TypeError: a malformed ``.npz``; a ``val_size`` that is not a positive
             multiple of 10 or leaves no training photo of some class.
 
@@ -348,11 +332,9 @@ def cifar10_standin(
 ) -> ImageSplits:
     """A small offline task of CIFAR-10's shape: which of three photos a 32 x 32 crop comes from.
 
-    The photos are the three that ship with matplotlib and scikit-learn
-    (:func:`vitbook.data.sample_image`): Grace Hopper, a Chinese temple and a flower. Each image
-    is a random square crop (a sixth to a half of the photo's shorter side) resized to 32 x 32,
-    so the task is real but small: it lets the code that trains on CIFAR-10 run a few steps
-    anywhere, with nothing to download. It says nothing about CIFAR-10 accuracy.
+    Each image is a random square crop (a sixth to a half of the shorter side) of one of
+    :func:`vitbook.data.sample_image`'s three photos, resized to 32 x 32. It lets CIFAR-10 code run
+    anywhere; it says nothing about CIFAR-10 accuracy.
 
     Args:
         n_train, n_val, n_test: images per split, each a multiple of 3 (one third per photo).

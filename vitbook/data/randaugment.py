@@ -1,19 +1,10 @@
 """RandAugment and TrivialAugmentWide, drawn per image on the device, on two magnitude scales.
 
-Each image of a batch draws its own ops and magnitudes (torchvision 0.28's ``transforms.v2`` draws
-once per call, for a whole ``(B, C, H, W)`` tensor); :func:`vitbook.data.image_ops.apply_ops`
-applies
-them. Two scales read RandAugment's magnitude:
-
-* ``scale="torchvision"``: torchvision's ``RandAugment``: ``num_ops`` ops drawn uniformly from
-  its 14 (identity included), each applied, at bin ``magnitude`` of ``num_magnitude_bins``
-  (rotation up to 30 degrees at the last bin: 9 degrees at bin 9 of 31).
-* ``scale="timm"``: timm's ``rand_augment_transform`` with ``inc1`` (the "increasing" op set,
-  whose ops grow stronger with the magnitude): ``magnitude`` m on timm's 0-10 scale, ``num_ops``
-  ops drawn uniformly from its 15 (no identity), each applied with probability 1/2, each at a
-  magnitude drawn from N(m, ``magnitude_std``) and clipped to [0, 10]. DeiT's policy
-  ``rand-m9-mstd0.5-inc1`` is ``rand_augment(2, 9, scale="timm", magnitude_std=0.5)``: rotation
-  up to 27 degrees at m9. torchvision's bin 9 of 31 is about m3 on this scale.
+Each image of a batch draws its own ops and magnitudes (torchvision's ``transforms.v2`` draws
+once per call); :func:`vitbook.data.image_ops.apply_ops` applies them. The scales are
+torchvision's bins (:func:`torchvision_magnitudes`) and timm's 0-10 ``inc1`` scale
+(:func:`timm_magnitudes`, DeiT's ``rand-m9-mstd0.5-inc1``); torchvision's bin 9 of 31 is about
+m3 on timm's.
 
 See chapter: Real photos.
 """
@@ -54,10 +45,9 @@ UNIT_RANGE = (0.0, 1.0)  # the values these policies need: fit checks the images
 
 
 def _unit_images(images: torch.Tensor) -> None:
-    """Images in [0, 1], read only where that costs no GPU sync (:func:`values_on_host`).
+    """Refuse images outside [0, 1] where reading them costs no GPU sync (:func:`values_on_host`).
 
-    The ops act on the 256 levels ``round(255 x)``: 0-255 floats or normalised images would be
-    posterized, solarized and equalized as nonsense, without a word.
+    The ops act on the 256 levels ``round(255 x)``: other ranges would be augmented as nonsense.
     """
     if not values_on_host(images) or images.numel() == 0:
         return
@@ -80,9 +70,8 @@ def torchvision_magnitudes(
 ) -> torch.Tensor:
     """torchvision's magnitude bins, one row per op of ``OPS``, in ``apply_ops``'s units.
 
-    Returns a ``(len(OPS), bins)`` tensor on ``device``: RandAugment's ranges for images of
-    ``height`` x ``width`` pixels, or TrivialAugmentWide's wider ones with ``wide=True``.
-    Column ``m`` is magnitude bin ``m`` (RandAugment's default: 31 bins, bin 9).
+    Returns a ``(len(OPS), bins)`` tensor on ``device``: RandAugment's ranges for ``height`` x
+    ``width`` images, or TrivialAugmentWide's with ``wide=True``; column ``m`` is bin ``m``.
 
     See chapter: The photo recipe ladder, recorded on an H100.
     """
@@ -132,9 +121,8 @@ def timm_magnitudes(
 ) -> torch.Tensor:
     """timm's ``LEVEL_TO_ARG`` (``inc1`` set) on the device, in ``apply_ops``'s units.
 
-    ``ops`` are indices into ``ALL_OPS``, ``m`` the magnitude of each on timm's 0-10 scale (after
-    the noise and the clip), ``negative`` timm's ``_randomly_negate`` draw for the ops that take
-    a sign; all three of one shape, which the result has too.
+    ``ops`` index ``ALL_OPS``, ``m`` is each op's magnitude on timm's 0-10 scale (noise and clip
+    applied), ``negative`` timm's ``_randomly_negate`` draw; all three and the result share a shape.
 
     See chapter: The photo recipe ladder, recorded on an H100.
     """
@@ -193,36 +181,24 @@ def rand_augment(
 ) -> Augment:
     """RandAugment (Cubuk et al. 2020), drawn per image: ``num_ops`` ops, one after another.
 
-    ``scale="torchvision"`` (the default) is torchvision's ``RandAugment``: each image draws its
-    ops uniformly from the 14 of ``OPS`` (identity included) and their signs; all use magnitude
-    bin ``magnitude`` of ``num_magnitude_bins``, with torchvision's bins (rotate up to 30
-    degrees, translate up to 150/331 of the size, ...): "strength 9" of 31 bins rotates by up to
-    9 degrees.
+    ``scale="torchvision"`` is torchvision's ``RandAugment``: ops uniform from the 14 of ``OPS``
+    (identity included), random signs, all at bin ``magnitude`` of ``num_magnitude_bins``.
+    ``scale="timm"`` is timm's ``rand-m{magnitude}-mstd{magnitude_std}-inc1`` (DeiT:
+    ``rand-m9-mstd0.5-inc1``): ops uniform from timm's 15 (no identity), each applied with
+    probability 1/2 at a magnitude from N(``magnitude``, ``magnitude_std``) clipped to [0, 10]
+    (:func:`timm_magnitudes`). Unlike timm's, geometric ops sample the nearest pixel, translate by
+    whole pixels and fill with zeros.
 
-    ``scale="timm"`` is timm's ``rand-m{magnitude}-mstd{magnitude_std}-inc1``, the policy of
-    DeiT (``rand-m9-mstd0.5-inc1``): ``magnitude`` on timm's 0-10 scale; each image draws
-    ``num_ops`` ops uniformly from timm's 15 (autocontrast, equalize, invert, rotate, posterize,
-    solarize, solarize_add, color, contrast, brightness, sharpness, shear x and y, translate x
-    and y; no identity), applies each with probability 1/2, at a magnitude drawn from
-    N(``magnitude``, ``magnitude_std``) and clipped to [0, 10]: rotation up to 30 m / 10
-    degrees (27 at m9), shear 0.3 m / 10, translation 0.45 m / 10 of the size, enhancement
-    factors 1 +- 0.9 m / 10, posterize to 4 - int(0.4 m) bits, solarize above level
-    256 - int(25.6 m), solarize_add of int(11 m) levels. torchvision's bin 9 of 31 is about m3
-    on this scale. Unlike timm, geometric ops sample the nearest pixel, translate by whole
-    pixels and fill with zeros (timm interpolates bilinearly or bicubically and fills with the
-    mean pixel). See :func:`vitbook.data.image_ops.apply_ops` for the ops.
-
-    The draws, in order: on the torchvision scale ``randint(0, 14, (num_ops, B))`` for the ops and
-    ``rand((num_ops, B)) <= 0.5`` for the signs; on the timm scale the ops
-    (``randint(1, 16, ...)`` into ``ALL_OPS``), ``rand < 0.5`` for applying them, ``randn`` for the
-    magnitude noise and ``rand > 0.5`` for the signs.
+    Draws, in order: torchvision ``randint(0, 14, (num_ops, B))`` for the ops, then
+    ``rand((num_ops, B)) <= 0.5`` for the signs; timm ``randint(1, 16, ...)`` into ``ALL_OPS``,
+    ``rand < 0.5`` for applying them, ``randn`` for the magnitude noise, ``rand > 0.5`` for signs.
 
     Args:
-        num_ops: ops applied one after another (2 in the paper's recipe, timm's and DeiT's).
-        magnitude: torchvision: the bin, an int 0 .. ``num_magnitude_bins - 1`` (9 of 31 is
-            torchvision's default); timm: a number in [0, 10] (DeiT: 9).
-        num_magnitude_bins: torchvision's number of magnitude steps, at least 2; not used on the
-            timm scale (leave it at 31).
+        num_ops: ops applied one after another (2 in the paper, timm and DeiT).
+        magnitude: torchvision: the bin, an int 0 .. ``num_magnitude_bins - 1`` (default 9 of 31);
+            timm: a number in [0, 10] (DeiT: 9).
+        num_magnitude_bins: torchvision's number of magnitude steps, at least 2; leave it at 31 on
+            the timm scale.
         scale: ``"torchvision"`` or ``"timm"``.
         magnitude_std: timm's magnitude noise (``mstd``; DeiT: 0.5); 0 on the torchvision scale.
 
@@ -231,11 +207,8 @@ def rand_augment(
         ``value_range``, which ``fit`` checks once).
 
     Raises:
-        TypeError / ValueError: for arguments that are not numbers in range, or a setting of
-            one scale given to the other; when called, images outside [0, 1] (0-255 floats,
-            normalised images), read on the CPU only: on a GPU that would be a sync per batch,
-            and ``fit`` checks its images once instead (see
-            :func:`vitbook.data.image_ops.values_on_host`).
+        TypeError / ValueError: arguments that are not numbers in range, or a setting of one scale
+            given to the other; when called on the CPU, images outside [0, 1].
 
     Example:
         >>> augment = rand_augment(num_ops=2, magnitude=9)
@@ -275,19 +248,15 @@ def rand_augment(
 def trivial_augment_wide(num_magnitude_bins: int = 31) -> Augment:
     """TrivialAugmentWide (Müller and Hutter 2021), drawn per image: one op, a random magnitude.
 
-    Each image draws one of ``OPS``, a magnitude bin uniform in ``0 .. num_magnitude_bins - 1``
-    and a sign, over torchvision's wide bins (rotate up to 135 degrees, translate up to 32
-    pixels, posterize down to 2 bits, ...). See ``apply_ops`` for the ops.
-
-    Args:
-        num_magnitude_bins: number of magnitude steps, at least 2; 31 as in torchvision.
+    Each image draws one of ``OPS``, a bin uniform in ``0 .. num_magnitude_bins - 1`` and a sign,
+    over torchvision's wide bins.
 
     Returns:
         ``augment(images (B, C, H, W), generator) -> (B, C, H, W)``, for images in [0, 1].
 
     Raises:
-        TypeError / ValueError: for a number of bins that is not an int >= 2; when called,
-            images outside [0, 1], read on the CPU only (as :func:`rand_augment`).
+        TypeError / ValueError: a number of bins that is not an int >= 2; when called on the CPU,
+            images outside [0, 1].
 
     Example:
         >>> augment = trivial_augment_wide()
