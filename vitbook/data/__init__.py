@@ -1,16 +1,11 @@
 """The data: images that ship offline, CIFAR-10 and its stand-in, and augmentation on the device.
 
-- :mod:`vitbook.data.samples`: photos bundled with matplotlib and scikit-learn, and the 8x8
-  digits split into training, validation and test (``from vitbook.data import ...``).
-- :mod:`vitbook.data.cifar_sample`: 6,000 real CIFAR-10 photos that ship with the package
-  (``from vitbook.data import load_cifar10_sample``).
-- :mod:`vitbook.data.cifar`: CIFAR-10 with a validation split (torchvision or a ``.npz``), and
-  an offline stand-in.
-- :mod:`vitbook.data.folders`: your own photos, a subfolder per class (torchvision's
-  ``ImageFolder`` layout).
-- :mod:`vitbook.data.augment`: augmentation drawn for every image on the device (crop and flip,
-  RandAugment, MixUp and CutMix), built from :mod:`vitbook.data.image_ops`,
-  :mod:`vitbook.data.randaugment` and :mod:`vitbook.data.mixing`.
+- :mod:`vitbook.data.samples`: photos bundled with matplotlib and scikit-learn; the 8x8 digits.
+- :mod:`vitbook.data.cifar_sample`: 6,000 real CIFAR-10 photos that ship with the package.
+- :mod:`vitbook.data.cifar`: CIFAR-10 with a validation split, and an offline stand-in.
+- :mod:`vitbook.data.folders`: your own photos, a subfolder per class.
+- :mod:`vitbook.data.augment`: augmentation drawn per image on the device, built from
+  :mod:`vitbook.data.image_ops`, :mod:`vitbook.data.randaugment` and :mod:`vitbook.data.mixing`.
 
 See chapter: Images as sequences of patches.
 """

@@ -1,16 +1,10 @@
 """Real CIFAR-10 photos that ship with the package: 5,000 for training and 1,000 for testing.
 
-The sample is class-balanced (500 training and 100 test photos of every class) and is stored as
-the JPEG files of the copy it was taken from, byte for byte, in one ``.npz`` of plain arrays
-(about 5.5 MB): :data:`SAMPLE_PATH`, with its source, licence note and checksums in
-:data:`RECORD_PATH` beside it. ``scripts/make_cifar10_sample.py`` made both. The training photos
-are among the 45,000 that the shipped CIFAR-10 ViT trained on (none of its validation photos);
-the test photos are CIFAR-10 test photos, which no shipped model has seen.
-
-:func:`load_cifar10_sample` returns the four tensors; :func:`cifar10_sample_splits` returns them
-as :class:`vitbook.data.cifar.ImageSplits`, with a validation split held out of the training
-photos, for code that trains by the book's rules (choices on validation, the test photos read
-once). Decoding needs Pillow, which matplotlib already needs.
+Class-balanced (500 training and 100 test photos per class), stored as the source's JPEG bytes
+in one ``.npz`` (:data:`SAMPLE_PATH`, about 5.5 MB), with source, licence and checksums in
+:data:`RECORD_PATH` (both made by ``scripts/make_cifar10_sample.py``). The training photos are
+among those the shipped CIFAR-10 ViT trained on; the test photos no shipped model has seen.
+Decoding needs Pillow.
 
 See chapter: Real photos.
 """
@@ -88,9 +82,8 @@ def load_cifar10_sample() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tor
 
     Returns:
         ``x_train`` (5000, 3, 32, 32) and ``x_test`` (1000, 3, 32, 32) float32 in [0, 1];
-        ``y_train`` (5000,) and ``y_test`` (1000,) int64 labels, index = position in
-        :data:`vitbook.data.cifar.CIFAR10_CLASSES`. Every class has 500 training and 100 test
-        photos, in a mixed order. Fresh tensors on every call.
+        ``y_train`` (5000,) and ``y_test`` (1000,) int64 labels into
+        :data:`vitbook.data.cifar.CIFAR10_CLASSES`, in a mixed order. Fresh tensors on every call.
 
     Raises:
         ValueError: the shipped file does not match its recorded checksum.
@@ -118,9 +111,8 @@ def cifar10_sample_splits(val_per_class: int = 50, *, seed: int = 0) -> ImageSpl
         seed: which photos are held out.
 
     Returns:
-        ``ImageSplits`` with ``5000 - 10 * val_per_class`` training photos, ``10 *
-        val_per_class`` validation photos and 1,000 test photos; ``classes`` CIFAR-10's,
-        ``sha256`` the checksum of the decoded photos.
+        ``ImageSplits`` with ``5000 - 10 * val_per_class`` training, ``10 * val_per_class``
+        validation and 1,000 test photos; ``sha256`` is the decoded photos' checksum.
 
     Raises:
         TypeError, ValueError: ``val_per_class`` is not a whole number from 1 to 499.

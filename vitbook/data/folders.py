@@ -1,13 +1,8 @@
 """Your own photos: a folder with one subfolder per class, read as the book's tensors.
 
-The layout is torchvision's ``ImageFolder``: ``root/<class>/<any name>.jpg``, the classes in
-sorted order of their folder names (label 0 is the first), the photos of each class in sorted
-order of their file names. :func:`load_image_folder` reads such a folder without torchvision:
-every photo is turned to RGB, cropped to the central square and reduced to ``size`` x ``size``
-pixels by averaging the pixels each output pixel covers (Pillow's box filter), which is how the
-photo playground of the book reduces a photo too. :func:`write_image_folder` writes tensors
-into the same layout as PNG files (lossless), which is how the tests and the chapter make a
-small folder from the shipped photos.
+The layout is torchvision's ``ImageFolder``: ``root/<class>/<name>.jpg``, classes and files in
+sorted order. :func:`load_image_folder` reads it without torchvision; :func:`write_image_folder`
+writes tensors into it as PNG.
 
 See chapter: Real photos.
 """
@@ -50,20 +45,18 @@ def load_image_folder(
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
     """Read a folder of photos, one subfolder per class, as ``(images, labels, classes)``.
 
-    Args:
-        root: the folder; each subfolder is a class, named by the folder; files whose names do
-            not end in one of :data:`IMAGE_EXTENSIONS` are skipped, as are hidden ones.
-        size: the side of the square the photos are reduced to (32 for the book's photo ViT).
+    Each photo becomes RGB, is cropped to its central square and reduced to ``size`` x ``size`` by
+    box averaging (Pillow's ``BOX``, as the book's photo playground). Hidden files and files not
+    ending in one of :data:`IMAGE_EXTENSIONS` are skipped.
 
     Returns:
-        ``images`` (B, 3, size, size) float32 in [0, 1], ``labels`` (B,) int64 (index into
-        ``classes``), ``classes``: the subfolder names in sorted order, torchvision's
-        ``ImageFolder`` order.
+        ``images`` (B, 3, size, size) float32 in [0, 1], ``labels`` (B,) int64 into ``classes``,
+        ``classes``: the subfolder names, sorted.
 
     Raises:
         FileNotFoundError: ``root`` does not exist.
-        ValueError: ``root`` is a file, has no class folders, or a class folder has no photo,
-            or a file is not a photo, each named with the fix.
+        ValueError: ``root`` is a file or has no class folders, a class folder has no photo, or a
+            file is not a photo, each named with the fix.
         TypeError: ``size`` is not an int.
 
     Example:
@@ -111,12 +104,11 @@ def write_image_folder(
     labels: torch.Tensor,
     classes: tuple[str, ...],
 ) -> Path:
-    """Write photos as PNG files into ``root/<class>/<number>.png``, the layout of
-    :func:`load_image_folder`; return ``root``.
+    """Write photos as PNG files into ``root/<class>/<number>.png``; return ``root``.
 
     Args:
-        root: the folder to write into (made if missing); files already there stay.
-        images: (B, 3, H, W) in [0, 1]; each pixel is stored as round(255 * value).
+        root: the folder (made if missing); files already there stay.
+        images: (B, 3, H, W) in [0, 1], stored as round(255 * value).
         labels: (B,) class indices into ``classes``.
         classes: the class names, used as folder names.
 

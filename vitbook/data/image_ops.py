@@ -1,11 +1,8 @@
 """Image ops on a batch, on the device: the kernels of RandAugment and TrivialAugment.
 
-``apply_ops`` applies op ``ops[b]`` at magnitude ``magnitudes[b]`` to image ``b`` of a batch
-``(B, C, H, W)`` of floats in [0, 1], in a fixed number of tensor operations whatever B is, with
-no value read back to the host. The ops are torchvision's 14 (``OPS``, the order of
-torchvision's ``RandAugment``) and two more that timm's RandAugment draws (``invert`` and
-``solarize_add``); ``ALL_OPS`` lists all 16. :mod:`vitbook.data.randaugment` draws the ops and their
-magnitudes; ``check_call`` checks the calling convention of every augmentation in
+:func:`apply_ops` applies one op per image; the ops are torchvision's 14 (``OPS``, in its
+``RandAugment``'s order) and timm's ``invert`` and ``solarize_add`` (``ALL_OPS``, all 16).
+:func:`check_call` checks the calling convention of the augmentations in
 :mod:`vitbook.data.augment`.
 
 See chapter: Real photos.
@@ -35,9 +32,9 @@ ALL_OPS = (*OPS, "invert", "solarize_add")  # timm's RandAugment adds these two
 
 
 def check_call(images: object, generator: object) -> torch.Tensor:
-    """An augmentation's arguments: (B, C, H, W) float images and a generator on their device.
+    """Check an augmentation's arguments: (B, C, H, W) float images, a generator on their device.
 
-    Shapes, dtypes and devices only: no value is read, so no host sync.
+    Shapes, dtypes and devices only (no host sync); returns the images.
 
     Example:
         >>> check_call(torch.zeros(2, 3, 4, 5), torch.Generator()).shape
@@ -95,12 +92,10 @@ def _equalize(level: torch.Tensor) -> torch.Tensor:
 
 
 def values_on_host(tensor: torch.Tensor) -> bool:
-    """Whether reading ``tensor``'s values costs nothing: a real tensor in the CPU's memory.
+    """Whether reading ``tensor``'s values costs no GPU sync: a real CPU tensor, not traced.
 
-    The augmentations read values only then, so that a reader who calls one on the CPU hears
-    of images or labels it would get wrong. A GPU tensor is not read (each batch would make the
-    GPU wait for the host), nor one without values (traced by ``torch.compile``, or fake):
-    :func:`vitbook.train.fit` checks its training data once, where they enter, instead.
+    The augmentations check values only then; :func:`vitbook.train.fit` checks the training data
+    once instead.
 
     Example:
         >>> values_on_host(torch.zeros(2)), values_on_host(torch.zeros(2, device="meta"))
@@ -117,31 +112,25 @@ def apply_ops(images: torch.Tensor, ops: torch.Tensor, magnitudes: torch.Tensor)
     """Apply op ``ALL_OPS[ops[b]]`` at magnitude ``magnitudes[b]`` to each image ``b``.
 
     Magnitudes are in torchvision's units: shear factor (``x + m y``), pixels (cut to an int),
-    degrees (counter-clockwise), enhancement ``m`` for the factor ``1 + m``, bits kept, the
-    solarize threshold in [0, 1], and the levels that solarize_add adds to the levels below 128
-    (timm's op); identity, autocontrast, equalize and invert (``1 - x``) ignore it. Geometric ops
-    sample the nearest pixel through one ``F.grid_sample`` with per-image matrices, zeros
-    outside; brightness, color, contrast and sharpness blend with their degenerate image in float
-    (torchvision's float path); posterize, autocontrast and equalize act on the 256 levels
-    ``round(255 x)`` as on uint8 images (torchvision's uint8 path and PIL), with integer
-    arithmetic. Differences from torchvision: blends are not truncated to integer levels, and
-    float posterize keeps ``round(255 x)``'s top bits (torchvision's float path floors
-    ``x * 2**bits`` instead); otherwise the same formulas.
+    degrees (counter-clockwise), ``m`` for the enhancement factor ``1 + m``, bits kept, the
+    solarize threshold in [0, 1], levels that solarize_add adds below level 128; identity,
+    autocontrast, equalize and invert ignore it. Geometric ops sample the nearest pixel, zeros
+    outside; blends compute in float; posterize, autocontrast and equalize act on the levels
+    ``round(255 x)``. Unlike torchvision, blends are not truncated to integer levels, and float
+    posterize keeps ``round(255 x)``'s top bits.
 
     Args:
         images: ``(B, C, H, W)`` floats in [0, 1], C = 1 or 3.
-        ops: ``(B,)`` int64 indices into ``ALL_OPS``, on the images' device (read, and an index
-            outside ``0 .. 15`` refused, only where :func:`values_on_host`: no GPU sync).
-        magnitudes: ``(B,)`` floats, signed where the op takes a sign; posterize's bits kept are
-            0 .. 8 (read, and others refused, only where :func:`values_on_host`).
+        ops: ``(B,)`` integer indices into ``ALL_OPS``, on the images' device.
+        magnitudes: ``(B,)`` floats, signed where the op takes a sign; posterize keeps 0 .. 8 bits.
 
     Returns:
         ``(B, C, H, W)``, the images' dtype.
 
     Raises:
         TypeError / ValueError: images that are not (B, C, H, W) floats with C = 1 or 3; ops or
-            magnitudes not of shape (B,); ops that are not integers, or (read on the CPU only)
-            name no op or keep posterize bits outside 0 .. 8.
+            magnitudes not of shape (B,); ops that are not integers, or (read only where
+            :func:`values_on_host`) name no op or keep posterize bits outside 0 .. 8.
 
     Example:
         >>> images = torch.rand(2, 3, 4, 5)

@@ -1,10 +1,8 @@
 """MixUp and CutMix: a batch of images mixed pairwise, with soft targets, as DeiT trains.
 
-A mix is a callable ``mix(images (B, C, H, W), labels (B,), generator) -> (images, targets
-(B, n_cls))`` on the images' device; ``F.cross_entropy`` takes the soft targets as they are. It
-carries its class count in ``num_classes``: the labels must be below it (``vitbook.train.fit``
-checks them once; a label outside would give a target row that sums to less than 1, so a mix
-called on the CPU refuses it too).
+A mix is ``mix(images (B, C, H, W), labels (B,), generator) -> (images, targets (B, n_cls))`` on
+the images' device; ``F.cross_entropy`` takes the targets as they are. Its ``num_classes``
+attribute bounds the labels, which ``vitbook.train.fit`` checks once.
 
 See chapter: Real photos.
 """
@@ -32,16 +30,14 @@ def mixup_cutmix(
 ) -> Mix:
     """MixUp (Zhang et al. 2018) or CutMix (Yun et al. 2019) on a batch, as DeiT trains.
 
-    One draw per batch, as in DeiT and timm's batch mode: CutMix with probability
-    ``switch_prob``, else MixUp, with ``lam ~ Beta(alpha, alpha)``; image ``b`` is mixed with
-    image ``B - 1 - b`` (the batch flipped). MixUp returns ``lam x + (1 - lam) x_flipped``;
-    CutMix pastes a box of about ``(1 - lam) H W`` pixels from the partner, centred uniformly and
-    clipped at the edges, and sets ``lam`` to the share of pixels kept. The targets are
-    ``lam y + (1 - lam) y_flipped``, where ``y`` is one-hot, smoothed to ``1 - s + s / n_cls`` and
-    ``s / n_cls``. Every draw stays on the device: no host sync.
+    One draw per batch (timm's batch mode): CutMix with probability ``switch_prob``, else MixUp,
+    ``lam ~ Beta(alpha, alpha)``; image ``b`` is mixed with image ``B - 1 - b``. MixUp blends
+    ``lam x + (1 - lam) x_flipped``; CutMix pastes a box of about ``(1 - lam) H W`` partner
+    pixels (uniform centre, clipped) and sets ``lam`` to the share kept. Targets are
+    ``lam y + (1 - lam) y_flipped``, ``y`` one-hot smoothed to ``1 - s + s / n_cls`` and
+    ``s / n_cls``.
 
     Args:
-        n_cls: number of classes.
         mixup_alpha: Beta parameter of MixUp; 0 turns MixUp off.
         cutmix_alpha: Beta parameter of CutMix; 0 turns CutMix off.
         switch_prob: probability of CutMix when both are on.
@@ -51,10 +47,8 @@ def mixup_cutmix(
         ``mix(images (B, C, H, W), labels (B,) int64, generator) -> (images, targets (B, n_cls))``.
 
     Raises:
-        TypeError / ValueError: for arguments out of range, or both alphas 0; when called,
-            labels outside ``0 .. n_cls - 1``, read on the CPU only: on a GPU that would be a
-            sync per batch, and ``fit`` checks its labels against ``num_classes`` once instead
-            (see :func:`vitbook.data.image_ops.values_on_host`).
+        TypeError / ValueError: arguments out of range, or both alphas 0; when called on the CPU,
+            labels outside ``0 .. n_cls - 1``.
 
     Example:
         >>> mix = mixup_cutmix(n_cls=10)

@@ -1,11 +1,9 @@
-"""Real images that ship inside well-kept libraries, so that nothing is ever downloaded.
+"""Real images that ship inside matplotlib and scikit-learn, so that nothing is downloaded.
 
-``sample_image("grace_hopper")`` is the portrait of Grace Hopper bundled with matplotlib (512 x 600
-pixels, RGB). ``"china"`` and ``"flower"`` are the two photos bundled with scikit-learn (427 x 640
-each), which is imported only when one of them is asked for.
-
-Images come back as float tensors (C, H, W) in [0, 1], the layout that :func:`vitbook.patchify` and
-:class:`vitbook.PatchEmbedding` expect once a batch dimension is added with ``.unsqueeze(0)``.
+``"grace_hopper"`` is matplotlib's portrait (512 x 600, RGB); ``"china"`` and ``"flower"`` are
+scikit-learn's photos (427 x 640), which import scikit-learn only when asked for. Images are
+float (C, H, W) in [0, 1], the layout of :func:`vitbook.patchify` once ``.unsqueeze(0)`` adds
+the batch.
 
 See chapter: Images as sequences of patches.
 """
@@ -45,8 +43,8 @@ def sample_image(
 ) -> torch.Tensor:
     """A real photo as a float tensor (C, H, W) with values in [0, 1], offline.
 
-    With ``size``, the photo is first cropped to the aspect ratio of ``size`` around its centre
-    (so nothing is stretched) and then resized with an antialiasing filter.
+    With ``size``, the photo is cropped around its centre to the aspect ratio of ``size``, then
+    resized with antialiasing.
 
     Args:
         name: ``"grace_hopper"`` (matplotlib), ``"china"`` or ``"flower"`` (scikit-learn).
@@ -89,19 +87,10 @@ def sample_image(
 def load_digits_split(*, validation: bool = False) -> tuple[torch.Tensor, ...]:
     """scikit-learn's handwritten digits as image tensors, split the same way every time.
 
-    The 1,797 digits of ``sklearn.datasets.load_digits`` are 8 x 8 grey images with integer
-    values 0 to 16 (pen strokes are high). They are scaled to [0, 1] and split with
-    ``train_test_split(test_size=0.25, stratify=labels, random_state=0)``: 1,347 training and
-    450 test images, every class in the same proportion in both.
-
-    With ``validation=True`` a fixed, stratified fifth of those 1,347 training images is set
-    aside for validation (``train_test_split(test_size=0.2, stratify=..., random_state=0)`` on
-    the training part): 1,077 to train on and 270 to make choices on (epochs, recipe, model),
-    so that the 450 test images, the same with or without it, are read only for the numbers
-    reported at the end. scikit-learn is imported only when this function is called.
-
-    Args:
-        validation: also return a validation part carved out of the training images.
+    The 1,797 digits of ``load_digits`` (8 x 8, values 0 to 16) are scaled to [0, 1] and split
+    stratified with ``random_state=0``: 1,347 training and 450 test images. ``validation=True``
+    carves a stratified fifth of the training images out for validation (1,077 and 270); the test
+    images stay the same.
 
     Returns:
         ``(train_images, train_labels, test_images, test_labels)``, or with ``validation=True``
@@ -110,7 +99,7 @@ def load_digits_split(*, validation: bool = False) -> tuple[torch.Tensor, ...]:
 
     Raises:
         TypeError: ``validation`` is not a bool.
-        ImportError: when scikit-learn is not installed.
+        ImportError: scikit-learn is not installed.
 
     Example:
         >>> x_train, y_train, x_test, y_test = load_digits_split()
