@@ -1,7 +1,5 @@
-"""Input checks shared by the vitbook modules.
-
-Every public function validates its arguments here, before any einops pattern runs, so that a
-mistake is reported in terms of images, patches and tokens rather than anonymous axes.
+"""Input checks shared by the vitbook modules, run before any einops pattern so that errors
+speak of images, patches and tokens, not axes.
 """
 
 from __future__ import annotations
@@ -134,10 +132,8 @@ def real(
     open_high: bool = False,
     fix: str = "",
 ) -> float:
-    """Return ``value`` as a float if it is a finite real number within the given bounds.
-
-    ``low`` and ``high`` are included unless ``open_low`` / ``open_high``; a bool, a str or any
-    non-number is a TypeError, NaN, an infinity or a value out of bounds a ValueError.
+    """``value`` as a float if it is a finite real number within the bounds, else a TypeError
+    (not a number, or a bool) or a ValueError; ``low`` and ``high`` are included unless open.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(
@@ -211,12 +207,9 @@ def _autocast_on(device: torch.device) -> bool:
 
 
 def like(name: str, value: torch.Tensor, reference: torch.Tensor, owner: str) -> torch.Tensor:
-    """Raise unless ``value`` has the dtype and the device of ``reference`` (an owner's weight).
+    """Raise unless ``value`` has the dtype and device of ``reference`` (an owner's weight).
 
-    Tensors are never converted silently: a float64 image from NumPy fed to a float32 model is a
-    mistake to fix once, where the data are made, not a cost to pay in every forward pass. Under
-    ``torch.autocast`` dtypes differ by design (bf16 activations, fp32 weights) and only the
-    device is checked.
+    Nothing is converted silently; under ``torch.autocast`` only the device is checked.
     """
     if value.dtype != reference.dtype and not _autocast_on(value.device):
         method = {torch.float32: "float", torch.float64: "double", torch.float16: "half"}.get(
@@ -240,8 +233,7 @@ def patch_inputs(
 ) -> torch.Tensor:
     """Images for a patch embedding: (B, C, H, W) float, C channels, of the size it was built for.
 
-    Shapes, dtypes and devices only (no values: that would make a GPU wait on every call).
-    ``img_size`` None accepts any size that the caller checks itself.
+    Shapes, dtypes and devices only (no GPU sync); ``img_size`` None accepts any size.
     """
     batch = images(value)
     if batch.shape[1] != in_chans:
@@ -304,7 +296,7 @@ def attention_inputs(q: object, k: object, v: object, attn_mask: object) -> None
 def mask(value: object, logits_shape: tuple[int, ...], q: torch.Tensor) -> None:
     """A mask is bool (True = may attend) or a float of q's dtype, broadcastable to the logits.
 
-    Its values are not checked (no GPU sync): NaN or +inf in a float mask gives NaN weights.
+    Values are not checked (no GPU sync): NaN or +inf in a float mask gives NaN weights.
     """
     if value is None:
         return
@@ -394,8 +386,8 @@ def logits(value: torch.Tensor, targets: torch.Tensor) -> None:
 def indices(name: str, values: object, size: int, what: str, *, most: int) -> object:
     """Check that every value offered is an int index into ``size`` things (0 .. size - 1).
 
-    Reads at most ``most + 1`` values of an iterable and returns them as a list (so an endless
-    iterator is cut, and counted as too many later); a dict ``{label: index}`` is returned as is.
+    Returns an iterable's first ``most + 1`` values as a list (an endless iterator is cut), or a
+    dict ``{label: index}`` as is.
     """
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name}={values!r} must be a list of indices, e.g. {name}=[0, 1].")

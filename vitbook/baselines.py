@@ -1,14 +1,8 @@
 """Convolutional networks, the baselines a ViT is measured against.
 
-:class:`DigitsCNN` is the CNN of the training chapter for the 8 x 8 digits: three 3 x 3
-convolutions with ReLU (a small modern design: VGG's 3 x 3 kernels, global average pooling
-instead of large dense layers), one 2 x 2 max-pool after the second, and a linear head. With the
-default widths (32, 64, 160) it has 112,746 parameters, about as many as the chapter's ViT;
-narrower widths give a CNN to match a smaller ViT.
-
-:class:`CifarResNet18` is ResNet-18 (He et al., 2016) with the stem usually used for 32 x 32
-photos: one 3 x 3 convolution and no max-pool in place of the 7 x 7 stride-2 convolution and the
-max-pool that ImageNet's 224 px images get. 11,173,962 parameters for 10 classes.
+:class:`DigitsCNN`, the training chapter's CNN for the 8 x 8 digits (112,746 parameters at its
+default widths, about the chapter's ViT), and :class:`CifarResNet18`, ResNet-18 (He et al.,
+2016) with the usual 32 x 32 stem (11,173,962 parameters for 10 classes).
 
 See chapters: Training and classification; Real photos.
 """
@@ -25,8 +19,7 @@ class DigitsCNN(nn.Module):
     """Three 3 x 3 convolutions, one 2 x 2 max-pool, global average pooling, a linear head.
 
     Args:
-        num_classes: n_cls.
-        channels: output channels of the three convolutions.
+        channels: output channels of the three convolutions; narrower ones match a smaller ViT.
         in_chans: C of the input images.
 
     Shapes:
@@ -101,12 +94,8 @@ class _BasicBlock(nn.Module):
 class CifarResNet18(nn.Module):
     """ResNet-18 for 32 x 32 photos: a 3 x 3 stem, four stages of two residual blocks each.
 
-    Stages of 64, 128, 256 and 512 channels; the last three halve the resolution (32 -> 4 px);
-    global average pooling and a linear head.
-
-    Args:
-        num_classes: n_cls.
-        in_chans: C.
+    The stem is one 3 x 3 convolution without max-pool (ImageNet's is 7 x 7, stride 2, then a
+    max-pool); stages of 64, 128, 256 and 512 channels, the last three halving the resolution.
 
     Shapes:
         forward: (B, C, H, W) -> (B, n_cls).

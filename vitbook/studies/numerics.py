@@ -1,16 +1,9 @@
 """How far apart two computations of the same numbers may be, by the arithmetic alone.
 
-Every floating-point format rounds to a relative step: its *unit roundoff* u, half the gap between
-1 and the next number (2^-24 for fp32, 2^-11 for fp16, 2^-8 for bf16). The same model run on
-another CPU, GPU, thread count or torch release sums in another order and picks other kernels, so
-its outputs move by a few u times their scale; run in bf16 or fp16 they move by a few of that
-format's u. The book's checks on live computations use this rule (a few units times the scale)
-instead of a value seen on one machine:
-
-- :func:`tolerance` is ``units * u(precision) * scale``;
-- :func:`compare_logits` compares logits computed in a low precision with fp32 ones: the largest
-  gap, the bound, and whether the predicted class is the same wherever fp32's top two logits are
-  further apart than twice the bound (closer than that, rounding may decide either way).
+A format rounds to a relative step, its *unit roundoff* u (2^-24 for fp32, 2^-11 for fp16,
+2^-8 for bf16); another machine, kernel or precision moves outputs by a few u times their
+scale. :func:`tolerance` is that bound; :func:`compare_logits` checks low-precision logits
+against fp32 ones with it.
 
 See chapter: Real photos.
 """
@@ -42,8 +35,8 @@ def tolerance(precision: str, scale: float, *, units: float = 8.0) -> float:
     """``units`` unit roundoffs of ``precision``, times ``scale`` (the size of the values).
 
     Raises:
-        ValueError: an unknown precision, ``units`` that are not positive, or a ``scale`` that
-            is negative, NaN or infinite (a size is a finite number >= 0).
+        ValueError: an unknown precision, ``units`` not positive, or ``scale`` negative or not
+            finite.
         TypeError: a ``scale`` that is not a number.
 
     Example:
@@ -66,9 +59,9 @@ class LogitsAgreement:
         gap: the largest absolute difference.
         scale: the largest absolute fp32 logit.
         bound: ``tolerance(precision, scale, units=units)``.
-        units: the gap in unit roundoffs of the format, times the scale (a few, when right).
-        decided: how many rows have fp32's top two logits more than twice the bound apart.
-        same_class: True when every decided row predicts the same class in both.
+        units: the gap in unit roundoffs of the format, times the scale.
+        decided: rows whose fp32 top two logits are more than twice the bound apart.
+        same_class: every decided row predicts the same class in both.
     """
 
     gap: float
@@ -89,16 +82,17 @@ def compare_logits(
 ) -> LogitsAgreement:
     """Compare logits (B, n_cls) computed in ``precision`` with the fp32 ``reference``.
 
+    Rows whose top two fp32 logits are within twice the bound may go either way and are not
+    compared for the class.
+
     Args:
-        reference: fp32 logits, (B, n_cls).
-        result: the same logits computed in ``precision`` (any float dtype), (B, n_cls).
+        result: the same logits computed in ``precision`` (any float dtype).
         precision: ``"bf16"``, ``"fp16"`` or ``"fp32"``: the format ``result`` was computed in.
-        units: how many unit roundoffs times the logits' scale the gap may reach. A forward
-            pass chains many roundings; 8 leaves room for a network of a few blocks.
+        units: unit roundoffs times the logits' scale the gap may reach; 8 suits a few blocks.
 
     Raises:
-        ValueError: for logits of other shapes, an unknown precision, or a ``reference`` that
-            holds inf or NaN (its scale and bound would be infinite and every gap would pass).
+        ValueError: logits of other shapes, an unknown precision, or a ``reference`` that holds
+            inf or NaN.
 
     Example:
         >>> ref = torch.tensor([[1.0, -0.5, 0.25]])

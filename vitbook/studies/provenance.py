@@ -1,13 +1,8 @@
-"""Where a recorded run comes from: the machine, the software, the command; and how it is made
-reproducible (one thread, deterministic algorithms).
+"""Where a recorded run comes from (machine, software, command), and one-thread determinism.
 
-Every recording script writes a ``provenance`` entry with each process's results: its command
-and date, the commit of the checkout, Python, torch and numpy, the CPU's model name and the
-vector instructions torch's kernels use there, the variables that cap those kernels, and the
-threads. :func:`cpu_run` makes that entry for the scripts that record on a CPU;
-``scripts/train_cifar10.py`` adds a GPU's own to :func:`command`, :func:`now` and :func:`git`.
-:func:`one_thread` is the block every recorded CPU run trains in: on the same machine and
-software, the same seed then gives the same numbers, bit for bit.
+:func:`cpu_run` makes the ``provenance`` entry a CPU recording script writes beside its results;
+``scripts/train_cifar10.py`` builds a GPU's from :func:`command`, :func:`now` and :func:`git`.
+:func:`one_thread` is the block every recorded CPU run trains in.
 
 See chapter: How the numbers were made.
 """
@@ -49,8 +44,7 @@ def cpu_model_name() -> str:
 def cpu_capability() -> str:
     """The vector instructions torch's CPU kernels use here (``"AVX2"``, ``"AVX512"``, ...).
 
-    Two CPUs with one model name ("AMD EPYC") can differ in it, and kernels of different widths
-    round float sums differently: an exact re-run needs the same capability, not only the name.
+    Kernels of different widths round float sums differently, even under one CPU model name.
     """
     return str(torch.backends.cpu.get_cpu_capability())
 
@@ -62,9 +56,7 @@ MATRIX_FEATURES = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
 def cpu_matrix_features() -> list[str]:
     """Which of :data:`MATRIX_FEATURES` this CPU reports (Linux; empty elsewhere).
 
-    bf16 training on a CPU is several times faster than fp32 where there is ``amx_bf16`` and
-    several times slower where there is neither it nor ``avx512_bf16``: a recorded time on a
-    CPU says which it had.
+    They decide whether bf16 trains faster or slower than fp32 on a CPU.
     """
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
@@ -98,13 +90,11 @@ def now() -> str:
 
 
 def cpu_run(where: str | os.PathLike, **fields: object) -> dict[str, object]:
-    """The provenance entry of a recording made on a CPU, in one thread with deterministic
-    algorithms: the command, the date, ``fields`` (what it ran), the commit of the checkout of
-    ``where``, the software and the machine.
+    """The provenance entry of a CPU recording (one thread, deterministic algorithms).
 
-    ``uncommitted_changes`` is ``None`` where it is not known (``where`` is outside a git
-    checkout, or git is not installed), and ``uncommitted_changes_unknown`` then says why: a
-    run that cannot tell is not recorded as a run of clean code.
+    Holds the command, the date, ``fields``, the commit of ``where``'s checkout, the software and
+    the machine. ``uncommitted_changes`` is ``None`` where git cannot tell, and
+    ``uncommitted_changes_unknown`` then says why.
 
     Example:
         >>> entry = cpu_run(".", seeds=[0, 1])
