@@ -1,16 +1,12 @@
 """Per-sample image augmentation on the device: crops and flips, random erasing, RandAugment,
 MixUp and CutMix.
 
-An augmentation is ``augment(images, generator) -> images`` on floats ``(B, C, H, W)`` in
-[0, 1], with a ``torch.Generator`` on the images' device; a mix is
-``mix(images, labels, generator) -> (images, targets (B, n_cls))``. Each image draws its own
-values, with a fixed number of tensor operations and no host sync; the same generator state
-gives the same batch. Ops compute in float32 and return the input's dtype. Call them outside
-``torch.compile`` (it cannot trace a generator argument). A GPU batch's values are not checked:
-``value_range`` and ``num_classes`` attributes tell ``vitbook.train.fit``, which checks the
-data once; on the CPU the ops check them (``vitbook.data.image_ops.values_on_host``).
-RandAugment and TrivialAugmentWide (:mod:`vitbook.data.randaugment`) and the ops
-(:mod:`vitbook.data.image_ops`) are imported here too.
+An augmentation is ``augment(images (B, C, H, W) in [0, 1], generator) -> images``, a mix
+``mix(images, labels, generator) -> (images, targets (B, n_cls))``; the generator is on the
+images' device and its state fixes the result. Each image draws its own values, with no host
+sync; call them outside ``torch.compile``. Values are checked only on the CPU
+(``vitbook.data.image_ops.values_on_host``); ``vitbook.train.fit`` checks a GPU's data once
+against ``value_range`` and ``num_classes``.
 
 See chapter: Real photos.
 """
@@ -143,13 +139,11 @@ def random_resized_crop(
 ) -> Augment:
     """The Inception crop: a random box of the image, resized back to H x W, drawn per image.
 
-    A box covers a fraction of the area uniform in ``scale``, with a width / height ratio
-    log-uniform in ``ratio``, at a uniform position; it is resized bilinearly (as cropping, then
-    ``F.interpolate(..., align_corners=False)``). As torchvision's ``RandomResizedCrop``: the first
-    of 10 boxes that fits, else the central crop of the largest box with a ratio in range (the 10
-    are drawn at once per image). vit_jax's ``inception_crop`` differs a little (100 attempts, a
-    uniform ratio, the whole image as the fallback). Draws: ``rand(B, 10)`` for the areas, then
-    the ratios; ``rand(B)`` for the rows, then the columns; with ``flip``, ``rand(B) < 0.5``.
+    As torchvision's ``RandomResizedCrop``: the box's area fraction is uniform in ``scale``, its
+    width / height log-uniform in ``ratio``, its position uniform; the first of 10 boxes that fits,
+    else the largest central box with a ratio in range; resized bilinearly. Draws: ``rand(B, 10)``
+    for the areas, then the ratios; ``rand(B)`` for the rows, then the columns; with ``flip``,
+    ``rand(B) < 0.5``.
 
     Args:
         scale: (low, high) fraction of the image's area, in (0, 1]; (0.05, 1) as vit_jax,
@@ -232,14 +226,11 @@ def random_erasing(
 ) -> Augment:
     """Random erasing (Zhong et al. 2020) as timm and DeiT apply it: a box of noise, per image.
 
-    As timm's ``RandomErasing(probability=0.25, mode="pixel", max_count=1)``: with probability
-    ``p`` an image gets one box (area fraction uniform in ``scale``, height / width log-uniform in
-    ``ratio``, the first of 10 that fits strictly inside, else none). The box holds
-    ``mean + std * N(0, 1)`` per pixel and channel with the batch's channel statistics, which a
-    ``Normalize`` with the data's statistics makes close to timm's N(0, 1); it is not clipped, so
-    apply random erasing last (``compose(..., random_erasing())``). Draws: ``rand(B) < p``,
-    ``rand(B, 10)`` for the areas, then the ratios, ``rand(B)`` for the rows, then the columns,
-    ``randn(B, C, H, W)`` for the noise.
+    As timm's ``RandomErasing(probability=0.25, mode="pixel", max_count=1)``, before ``Normalize``:
+    with probability ``p`` one box (drawn as in :func:`random_resized_crop`, the first of 10
+    that fits, else none) of ``mean + std * N(0, 1)`` with the batch's channel statistics, not
+    clipped: apply it last. Draws: ``rand(B) < p``, ``rand(B, 10)`` for the areas, then the
+    ratios, ``rand(B)`` for the rows, then the columns, ``randn(B, C, H, W)`` for the noise.
 
     Args:
         p: the probability that an image gets a box; 0.25 in DeiT.
