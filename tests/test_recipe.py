@@ -26,16 +26,36 @@ def model():
     return nn.Sequential(nn.Flatten(), nn.Linear(16, 2))
 
 
-def test_to_dict_names_the_fields_given_in_field_order():
+def test_to_dict_gives_every_field_in_field_order_and_keys_pick_a_layout():
     recipe = Recipe(label_smoothing=0.1, epochs=100, batch_size=64, lr=5e-3)
-    assert list(recipe.to_dict()) == ["epochs", "lr", "batch_size", "label_smoothing"]
-    assert recipe.to_dict()["batch_size"] == 64  # named, although it is the default
-    assert len(recipe.to_dict(every=True)) == len(dataclasses.fields(Recipe))
+    assert list(recipe.to_dict()) == list(Recipe.names())
+    assert recipe.to_dict()["weight_decay"] == 0.05  # a default is a field like any other
+    layout = ("epochs", "lr", "batch_size", "label_smoothing")
+    assert recipe.to_dict(keys=layout) == {"epochs": 100, "lr": 5e-3, "batch_size": 64,
+                                           "label_smoothing": 0.1}  # fmt: skip
+    assert list(recipe.to_dict(keys=layout[::-1])) == list(layout[::-1])  # the layout's order
     assert recipe.replace(seed=2).to_dict() == {**recipe.to_dict(), "seed": 2}
-    assert list(recipe.replace(seed=2).to_dict())[-2] == "seed"  # still in field order
-    # equal values are equal recipes, however they were written
+    with pytest.raises(ValueError, match=r"names 'augment', which is not a field of Recipe"):
+        recipe.to_dict(keys=("epochs", "augment"))
+
+
+def test_equal_recipes_write_equal_dicts_however_they_were_made():
     assert Recipe(epochs=3) == Recipe(epochs=3, lr=1e-3)
-    assert Recipe(epochs=3).to_dict() != Recipe(epochs=3, lr=1e-3).to_dict()
+    assert Recipe(epochs=3).to_dict() == Recipe(epochs=3, lr=1e-3).to_dict()
+    recipe = Recipe(epochs=5, lr=2e-3)
+    by_method, by_dataclasses = recipe.replace(seed=1), dataclasses.replace(recipe, seed=1)
+    assert by_method == by_dataclasses and by_method.to_dict() == by_dataclasses.to_dict()
+    assert by_method.to_dict() == Recipe(epochs=5, lr=2e-3, seed=1).to_dict()
+    assert vars(recipe).keys() == set(Recipe.names())  # no state besides the fields
+
+
+def test_the_recorded_layouts_name_their_keys_beside_their_recipe():
+    from vitbook.studies import experiments
+
+    recorded = experiments.recorded_recipe()
+    assert list(recorded) == [*experiments.RECORDED_FIELDS, "augment"]
+    assert recorded == experiments.recorded_recipe(dataclasses.replace(experiments.RECIPE))
+    assert experiments.load_results()["recipe"] == recorded  # the shipped file's layout
 
 
 def test_a_recipe_survives_copies_and_pickles_with_its_layout():
@@ -73,7 +93,8 @@ def test_a_recipe_refuses_what_fit_refuses_with_the_same_words(fields, error, ma
 def test_from_dict_reads_the_layout_and_refuses_what_is_not_a_field():
     recorded = {"epochs": 100, "lr": 0.005, "weight_decay": 0.05, "batch_size": 64,
                 "warmup_epochs": 5, "label_smoothing": 0.1}  # as the results files hold it
-    assert Recipe.from_dict(recorded).to_dict() == recorded
+    assert Recipe.from_dict(recorded).to_dict(keys=recorded) == recorded
+    assert Recipe.from_dict(Recipe.from_dict(recorded).to_dict()) == Recipe.from_dict(recorded)
     with pytest.raises(ValueError, match=r"the recipe names 'augment', which is not a field"):
         Recipe.from_dict({**recorded, "augment": "random_shift(1)"})
     with pytest.raises(TypeError, match="a recipe is a dict of fields, got list"):

@@ -415,7 +415,7 @@ def _deciding(
     """What a resumed call must repeat: the recipe (its precision resolved), the processes, the
     data's sizes and checksums, and the functions with their settings (an augmentation's
     strength)."""
-    deciding = {**recipe.to_dict(every=True), "world": world}
+    deciding = {**recipe.to_dict(), "world": world}
     deciding["images"] = n_images
     deciding["eval_images"] = None if eval_data is None else len(eval_data[1])
     deciding["train_data_sha256"], deciding["eval_data_sha256"] = data

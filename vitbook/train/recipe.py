@@ -17,6 +17,7 @@ See chapter: Training and classification.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vitbook import _checks
@@ -60,17 +61,21 @@ class Recipe:
         precision: ``"auto"`` (bf16 on recent GPUs, fp16 on older ones, fp32 on the CPU),
             ``"fp32"``, ``"bf16"`` or ``"fp16"``; ``fit`` resolves ``"auto"`` once, for its device.
 
-    :meth:`to_dict` writes the fields the recipe was given, in this order: the layout of the
-    recorded results files, which name a recipe's chosen values (some of them equal to the
-    defaults); :meth:`from_dict` reads it back.
+    A recipe is plain data: two recipes of equal fields are equal and write the same
+    :meth:`to_dict`, however they were made (``Recipe.replace`` and ``dataclasses.replace``
+    alike). A recorded layout that names only some fields names its keys beside its recipe
+    (``to_dict(keys=...)``, as :data:`vitbook.studies.experiments.RECORDED_FIELDS`);
+    :meth:`from_dict` reads either back.
 
     Raises:
         TypeError, ValueError: a field of the wrong type or out of range, named with the fix.
 
     Example:
         >>> recipe = Recipe(epochs=100, lr=5e-3, warmup_epochs=5, label_smoothing=0.1)
-        >>> recipe.to_dict()
+        >>> recipe.to_dict(keys=("epochs", "lr", "warmup_epochs", "label_smoothing"))
         {'epochs': 100, 'lr': 0.005, 'warmup_epochs': 5, 'label_smoothing': 0.1}
+        >>> len(recipe.to_dict()) == len(Recipe.names())
+        True
         >>> recipe.replace(seed=3).seed, recipe.weight_decay
         (3, 0.05)
         >>> Recipe.from_dict(recipe.to_dict()) == recipe
@@ -93,13 +98,6 @@ class Recipe:
     accumulate: int = 1
     repeated_augmentation: int = 1
     precision: str = "auto"
-
-    def __new__(cls, **fields: object) -> Recipe:
-        # The fields named when the recipe was made, for to_dict (not a field: recipes of the
-        # same values are equal however they were written).
-        recipe = super().__new__(cls)
-        object.__setattr__(recipe, "_named", frozenset(fields))
-        return recipe
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
@@ -143,20 +141,25 @@ class Recipe:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     def replace(self, **changes: object) -> Recipe:
-        """A copy with ``changes``; :meth:`to_dict` then names the changed fields too."""
+        """A copy with ``changes`` (as ``dataclasses.replace``); an unknown name is refused."""
         unknown = sorted(set(changes) - set(self.names()))
         if unknown:
             raise TypeError(
                 f"Recipe has no field {', '.join(map(repr, unknown))}; its fields are "
                 f"{', '.join(self.names())}."
             )
-        named = {name: getattr(self, name) for name in self.names() if name in self._named}
-        return Recipe(**{**named, **changes})
+        return dataclasses.replace(self, **changes)
 
-    def to_dict(self, *, every: bool = False) -> dict[str, object]:
-        """The named fields (``every=True``: all of them), in field order, as plain values."""
-        return {name: getattr(self, name) for name in self.names()
-                if every or name in self._named}  # fmt: skip
+    def to_dict(self, *, keys: Iterable[str] | None = None) -> dict[str, object]:
+        """Every field in field order, or only ``keys``, in their order (a recorded layout)."""
+        names = self.names() if keys is None else tuple(keys)
+        unknown = sorted(set(names) - set(self.names()))
+        if unknown:
+            raise ValueError(
+                f"keys={names!r} names {', '.join(map(repr, unknown))}, which is not a field of "
+                f"Recipe ({', '.join(self.names())})."
+            )
+        return {name: getattr(self, name) for name in names}
 
     @classmethod
     def from_dict(cls, fields: dict[str, object]) -> Recipe:
