@@ -129,3 +129,31 @@ def test_fit_has_few_named_parameters():
 
     named = [p for p in inspect.signature(fit).parameters.values() if p.kind != p.VAR_KEYWORD]
     assert len(named) <= 14, [p.name for p in named]
+
+
+def test_a_missing_or_unknown_field_is_named_with_the_fields_and_a_close_name():
+    with pytest.raises(TypeError, match=r"missing .*'epochs'.*fields are epochs, lr, weight_decay"):
+        Recipe()
+    with pytest.raises(TypeError, match=r"'warmup'.*did you mean 'warmup_(steps|epochs)'.*fields "
+                                        r"are epochs, lr"):  # fmt: skip
+        Recipe(epochs=2, warmup=1)
+    with pytest.raises(TypeError, match=r"keywords only"):
+        Recipe(2)
+    with pytest.raises(TypeError, match=r"fit\(\) got an unexpected keyword argument 'warmup'; "
+                                        r"did you mean 'warmup_"):  # fmt: skip
+        fit(model(), data(), Recipe(epochs=1), warmup=1, progress=False)
+    with pytest.raises(TypeError, match=r"'epochs'.*the recipe's fields are epochs, lr"):
+        fit(model(), data(), progress=False)
+    with pytest.raises(TypeError, match=r"Recipe has no field 'lrr'; did you mean 'lr'\?"):
+        Recipe(epochs=1).replace(lrr=1.0)
+
+
+def test_a_seed_torch_cannot_take_is_refused_when_the_recipe_is_made():
+    # torch.manual_seed takes -2**63 <= seed < 2**64 (torch 2.13) and says "Overflow when
+    # unpacking long long" beyond.
+    assert Recipe(epochs=1, seed=2**64 - 1).seed == 2**64 - 1
+    assert Recipe(epochs=1, seed=-(2**63)).seed == -(2**63)
+    for seed in (2**64, -(2**63) - 1):
+        with pytest.raises(ValueError, match=rf"seed={seed} is outside torch's seeds, "
+                                             r"-2\*\*63 <= seed < 2\*\*64"):  # fmt: skip
+            Recipe(epochs=1, seed=seed)

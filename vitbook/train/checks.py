@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from vitbook import _checks
-from vitbook.train.recipe import Recipe
+from vitbook.train.recipe import Recipe, check_names
 
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Mix = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
@@ -32,14 +32,9 @@ def recipe_of(recipe: Recipe | None, fields: dict[str, object]) -> Recipe:
             f"recipe must be a vitbook.train.Recipe, got {type(recipe).__name__}; for a dict "
             "of fields write fit(model, data, Recipe(**fields)) or fit(model, data, **fields)."
         )
-    unknown = [name for name in fields if name not in Recipe.names()]
-    if unknown:
-        raise TypeError(f"fit() got an unexpected keyword argument {unknown[0]!r}")
+    check_names(fields, unknown="fit() got an unexpected keyword argument",
+                missing="fit()" if recipe is None else None)  # fmt: skip
     if recipe is None:
-        if "epochs" not in fields:
-            raise TypeError(
-                "fit() missing 1 required keyword-only argument: 'epochs' (or pass a Recipe)"
-            )
         return Recipe(**fields)
     return recipe.replace(**fields) if fields else recipe
 

@@ -17,13 +17,15 @@ See chapter: Training and classification.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vitbook import _checks
 from vitbook.train.optim import OPTIMIZERS, WEIGHT_DECAY_RULES
 
-__all__ = ["PRECISIONS", "Recipe"]
+__all__ = ["PRECISIONS", "Recipe", "check_names"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # "auto": fit resolves it for its device
 
@@ -113,7 +115,10 @@ class Recipe:
             _checks.integer("warmup_epochs", self.warmup_epochs, fix="use 0 for no warm-up")
         if self.warmup_steps is not None:
             _checks.integer("warmup_steps", self.warmup_steps, fix="the ViT authors use 500")
-        _checks.integer("seed", self.seed, minimum=-(2**63))
+        _checks.integer("seed", self.seed, minimum=-(2**64))  # an int; its range is torch's:
+        if not -(2**63) <= self.seed < 2**64:  # torch.manual_seed takes a 64-bit (un)signed int
+            raise ValueError(f"seed={self.seed} is outside torch's seeds, -2**63 <= seed < 2**64; "
+                             "use e.g. seed=0.")  # fmt: skip
         lr = _checks.real("lr", self.lr, fix="1e-3 is a good start for AdamW")
         if not lr > 0:
             raise ValueError(f"lr={lr!r} must be positive; 1e-3 is a good start for AdamW.")
@@ -142,12 +147,7 @@ class Recipe:
 
     def replace(self, **changes: object) -> Recipe:
         """A copy with ``changes`` (as ``dataclasses.replace``); an unknown name is refused."""
-        unknown = sorted(set(changes) - set(self.names()))
-        if unknown:
-            raise TypeError(
-                f"Recipe has no field {', '.join(map(repr, unknown))}; its fields are "
-                f"{', '.join(self.names())}."
-            )
+        check_names(changes, unknown="Recipe has no field")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self, *, keys: Iterable[str] | None = None) -> dict[str, object]:
@@ -174,3 +174,37 @@ class Recipe:
                 "augmentation's name, the model) beside it, not in it."
             )
         return cls(**fields)
+
+
+def check_names(fields: Iterable[str], *, unknown: str, missing: str | None = None) -> None:
+    """Refuse a name that is not a field (``unknown`` begins the message), with the closest
+    fields and the list of them; with ``missing``, refuse fields without ``epochs`` too."""
+    names = Recipe.names()
+    listed = f"the recipe's fields are {', '.join(names)}"
+    for name in fields:
+        if name not in names:
+            close = difflib.get_close_matches(str(name), names, n=2)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise TypeError(f"{unknown} {name!r}{hint} ({listed}).")
+    if missing is not None and "epochs" not in fields:
+        raise TypeError(f"{missing} missing 1 required keyword-only argument: 'epochs' (or pass "
+                        f"a Recipe); {listed}, all but epochs with a default.")  # fmt: skip
+
+
+def _naming_the_fields(init: object) -> object:
+    """The dataclass's ``__init__``, refusing a wrong or missing name in the recipe's words."""
+
+    @functools.wraps(init)
+    def __init__(self: Recipe, *args: object, **fields: object) -> None:
+        if args:
+            raise TypeError(f"Recipe takes its fields as keywords only (Recipe(epochs=10, "
+                            f"lr=1e-3)), got {len(args)} positional; its fields are "
+                            f"{', '.join(Recipe.names())}.")  # fmt: skip
+        check_names(fields, unknown="Recipe() got an unexpected keyword argument",
+                    missing="Recipe()")  # fmt: skip
+        init(self, **fields)
+
+    return __init__
+
+
+Recipe.__init__ = _naming_the_fields(Recipe.__init__)
