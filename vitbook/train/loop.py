@@ -215,6 +215,10 @@ def fit(
                         f"None, got {type(after_epoch).__name__}.")  # fmt: skip
     recipe = recipe.replace(precision=resolve_precision(recipe.precision, device))  # once
     checks.data_for(augment, mix, images, labels, num_classes)
+    arguments = None  # what a saved or resumed run must repeat, read before anything is touched
+    if resume is not None or after_epoch is not None:
+        arguments = _deciding(recipe, world, len(images), eval_data, data,
+                              augment=augment, mix=mix, criterion=criterion)  # fmt: skip
     params = [p for p in model.parameters() if p.requires_grad]
     checks.weights(model, params)
     model.to(device)
@@ -248,8 +252,6 @@ def fit(
     )  # fmt: skip
     evaluator = Evaluator(model, eval_data, max(256, recipe.batch_size), device, recipe.precision)
     history = History(precision=recipe.precision)
-    arguments = _deciding(recipe, world, len(images), eval_data, data,
-                          augment=augment, mix=mix, criterion=criterion)  # fmt: skip
     parts = {"model": model, "optimizer": optim, "scheduler": scheduler, "scaler": scaler,
              "generators": generators, "device": device}  # fmt: skip
     start_epoch = 0
@@ -297,13 +299,25 @@ def fit(
         if after_epoch is not None:
             done = epoch + 1
 
-            def snapshot(done: int = done) -> dict:
+            now = [True]  # state() is this epoch's only while after_epoch runs
+
+            def snapshot(done: int = done, now: list[bool] = now) -> dict:
+                if not now[0]:
+                    raise RuntimeError(
+                        f"state() of epoch {done} was called after fit went on (to the next "
+                        "epoch, or returned), so it would hold later weights; call it inside "
+                        "after_epoch and keep what it returns (saved = state())."
+                    )
                 return training_state.capture(
                     arguments=arguments, epoch=done, step=train_step.state_dict(),
                     history=asdict(history), **parts,
                 )  # fmt: skip
 
-            if after_epoch(done, snapshot):
+            try:
+                stop = after_epoch(done, snapshot)
+            finally:
+                now[0] = False
+            if stop:
                 break
     if bar is not None:
         bar.close()

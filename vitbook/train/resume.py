@@ -127,8 +127,9 @@ def restore(
         TypeError: ``state`` is not a dict of :func:`capture`.
         TrainingStateError: a state of another layout, or one made with other arguments (named,
             with both values: the data's checksum and the augmentation's settings among them),
-            whose epochs done are not an int within ``0 .. epochs``, or of another model (the
-            weights do not fit).
+            whose epochs done are not an int within ``0 .. epochs`` or not the length of its
+            history, or of another model (the weights do not fit). The state is not changed:
+            it can be resumed again.
 
     See chapter: Real photos.
     """
@@ -158,6 +159,18 @@ def restore(
             f"the training state says {epoch!r} epochs are done, but this fit trains {epochs}; "
             "the state is damaged or was edited: start the run again without resume."
         )
+    history = state.get("history")
+    counts = {"train_loss": epoch, "train_accuracy": epoch, "seconds": epoch,
+              "eval_accuracy": 0 if arguments.get("eval_images") is None else epoch}  # fmt: skip
+    for key, count in counts.items():
+        held = history.get(key) if isinstance(history, dict) else None
+        if not isinstance(held, list) or len(held) != count:
+            what = f"holds {len(held)} {key}" if isinstance(held, list) else f"has no {key} list"
+            raise TrainingStateError(
+                f"the training state says {epoch} epochs are done but its history {what} "
+                f"(it should hold {count}); the state is damaged or was edited: start the run "
+                "again without resume."
+            )
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as error:
@@ -165,15 +178,17 @@ def restore(
             f"the training state holds the weights of another model ({str(error)[:300]}); "
             "resume the model it was saved from."
         ) from error
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+    # Copies: the optimizer updates its moments in place, fit appends to the history, and the
+    # state may be resumed again.
+    optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+    scheduler.load_state_dict(copy.deepcopy(state["scheduler"]))
     scaler.load_state_dict(state["scaler"])
     for name, generator in generators.items():
         generator.set_state(state["generators"][name])
     torch.set_rng_state(state["torch_rng"])
     if device.type == "cuda" and "cuda_rng" in state:
         torch.cuda.set_rng_state(state["cuda_rng"], device)
-    return state
+    return {**state, "history": copy.deepcopy(history)}
 
 
 def save_state(path: str | os.PathLike, state: dict[str, object]) -> None:
