@@ -291,7 +291,8 @@ def test_a_distillation_resumed_with_another_teacher_is_refused():
     teacher = linear(seed=1)
     state = stopped_after(1, model=linear(), criterion=loss(copy.deepcopy(teacher)))
     for other in (linear(seed=2), linear(seed=1, hidden=8)):  # other weights, another network
-        with pytest.raises(TrainingStateError, match=r"criterion=.DistillationLoss\(.*weights=\w+\). then"):
+        refused = r"criterion=.DistillationLoss\(.*weights=\w+\). then"
+        with pytest.raises(TrainingStateError, match=refused):
             fit(linear(), problem(), epochs=3, batch_size=16, criterion=loss(other),
                 resume=state, progress=False)  # fmt: skip
     resumed = fit(linear(), problem(), epochs=3, batch_size=16, progress=False,
