@@ -157,3 +157,28 @@ def test_a_seed_torch_cannot_take_is_refused_when_the_recipe_is_made():
         with pytest.raises(ValueError, match=rf"seed={seed} is outside torch's seeds, "
                                              r"-2\*\*63 <= seed < 2\*\*64"):  # fmt: skip
             Recipe(epochs=1, seed=seed)
+
+
+def test_label_smoothing_in_the_mix_and_in_the_loss_is_refused_naming_which_to_keep():
+    from vitbook.data.augment import mixup_cutmix
+    from vitbook.train.distill import DistillationLoss
+
+    images = torch.randn(24, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(24) % 3
+
+    def three():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+
+    twice = r"smoothed twice.*mixup_cutmix\(\.\.\., label_smoothing=0\.1\) with label_smoothing=0"
+    with pytest.raises(ValueError, match=twice):
+        fit(three(), (images, labels), Recipe(epochs=1, label_smoothing=0.1), progress=False,
+            mix=mixup_cutmix(3, label_smoothing=0.1))  # fmt: skip
+    with pytest.raises(ValueError, match=r"smoothed twice.*the criterion's label_smoothing=0.1"):
+        fit(three(), (images, labels), Recipe(epochs=1), progress=False,
+            mix=mixup_cutmix(3, label_smoothing=0.1),
+            criterion=DistillationLoss(None, "none", label_smoothing=0.1))  # fmt: skip
+    once = [{"mix": mixup_cutmix(3, label_smoothing=0.1)},  # in the mix, as DeiT and timm
+            {"mix": mixup_cutmix(3), "label_smoothing": 0.1}]  # in the loss, of mixed targets
+    for arguments in once:
+        assert fit(three(), (images, labels), epochs=1, progress=False, **arguments).epochs == 1

@@ -181,6 +181,39 @@ def mixed(
     return augmented(out[0], images, name, first), out[1]
 
 
+def loss_smoothing(recipe: Recipe, criterion: object) -> tuple[float, str]:
+    """The label smoothing of the loss, and whose it is: the recipe's, or the criterion's."""
+    if criterion is None:
+        return recipe.label_smoothing, "the recipe's"
+    return float(getattr(criterion, "label_smoothing", 0.0) or 0.0), "the criterion's"
+
+
+def smoothed_once(mix: object, targets: torch.Tensor | None, smoothing: float, whose: str) -> None:
+    """Refuse labels smoothed by the mix and again by the loss. A mix says so in its
+    ``label_smoothing`` attribute; without one, its first soft targets tell (no class at 0 in
+    any row: a mix of two one-hot rows leaves n_cls - 2 zeros; one read, at the first step)."""
+    if not smoothing:
+        return
+    declared = getattr(mix, "label_smoothing", None)
+    if declared is None:
+        if targets is None or targets.ndim != 2 or targets.shape[1] < 3:
+            return
+        if not bool(targets.min() > 0):
+            return
+        how = "no class of its first targets is at 0"
+    elif not declared:
+        return
+    else:
+        how = f"its label_smoothing={declared}"
+    owner = "recipe" if whose == "the recipe's" else "criterion"
+    raise ValueError(
+        f"the labels are smoothed twice: the mix smooths its targets ({how}) and {whose} "
+        f"label_smoothing={smoothing} smooths them again. Keep "
+        f"one: mixup_cutmix(..., label_smoothing={smoothing}) with label_smoothing=0 in the "
+        f"{owner} (as DeiT and timm do), or {whose} with mixup_cutmix(..., label_smoothing=0)."
+    )
+
+
 def fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
     """A sha256 of the data's bytes, dtypes and shapes (its first 16 hex digits), read once on
     the host: a resumed run must train on the data it started on, not on others of its size."""

@@ -155,7 +155,8 @@ def fit(
         augment: ``augment(images, generator) -> images`` on each batch, on the training
             device (e.g. ``random_shift(1)``); a ``value_range`` attribute is checked once.
         mix: ``mix(images, labels, generator) -> (images, targets (B, n_cls))`` after
-            ``augment`` (MixUp, CutMix); a ``num_classes`` attribute is checked once.
+            ``augment`` (MixUp, CutMix); a ``num_classes`` attribute is checked once. Labels
+            are smoothed once: by the mix, or by the loss (the recipe's or the criterion's).
         criterion: ``criterion(outputs, targets, images) -> loss`` in place of cross-entropy
             (DeiT's distillation), run in the forward pass's autocast; it owns its loss, so the
             recipe's ``label_smoothing`` must be 0.
@@ -215,6 +216,9 @@ def fit(
                         f"None, got {type(after_epoch).__name__}.")  # fmt: skip
     recipe = recipe.replace(precision=resolve_precision(recipe.precision, device))  # once
     checks.data_for(augment, mix, images, labels, num_classes)
+    smoothing = checks.loss_smoothing(recipe, criterion)
+    if mix is not None:  # a mix that says it smooths: refused before anything is touched
+        checks.smoothed_once(mix, None, *smoothing)
     arguments = None  # what a saved or resumed run must repeat, read before anything is touched
     if resume is not None or after_epoch is not None:
         arguments = _deciding(recipe, world, len(images), eval_data, data,
@@ -279,6 +283,8 @@ def fit(
             targets = y
             if mix is not None:
                 x, targets = checks.mixed(mix(x, y, augment_generator), x, "mix", first)
+                if first:
+                    checks.smoothed_once(mix, targets, *smoothing)
             train_step(x, y, targets)
         if world > 1:  # the sums over every process's share
             torch.distributed.all_reduce(train_step.loss_sum)
