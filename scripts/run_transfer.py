@@ -45,6 +45,7 @@ from pathlib import Path
 from vitbook import _files
 from vitbook.pretrained.checkpoints import save_model
 from vitbook.studies import provenance
+from vitbook.studies.experiments import RECORDED_FIELDS
 from vitbook.studies.transfer_digits import (
     HIGH_RES,
     HIGH_RES_SETTINGS,
@@ -82,7 +83,7 @@ def _provenance(settings: list[str], seeds: list[int], seconds: float, load: lis
 def _constants() -> dict:
     return {
         "model": MODEL,
-        "pretrain_recipe": PRETRAIN_RECIPE.to_dict(),
+        "pretrain_recipe": PRETRAIN_RECIPE.to_dict(keys=RECORDED_FIELDS),
         "methods": METHODS,
         "lr_grid": {name: list(grid) for name, grid in LR_GRID.items()},
         "shots": list(SHOTS),
@@ -141,8 +142,9 @@ def run(settings: list[str], seeds: list[int], out: Path, pretrained_path: Path 
             results["pretraining"].append({"seed": seed, **info})
             _log(f"pre-trained seed {seed}: {info}")
             if seed == 0 and pretrained_path is not None:
+                recipe = PRETRAIN_RECIPE.to_dict(keys=RECORDED_FIELDS)
                 notes = {"source_test_accuracy": str(info["source_test_accuracy"]), "seed": "0",
-                         "recipe": json.dumps(PRETRAIN_RECIPE.to_dict())}  # fmt: skip
+                         "recipe": json.dumps(recipe)}  # fmt: skip
                 _files.write_with(pretrained_path, lambda path, model=model, notes=notes:
                                    save_model(model, path, overwrite=True, **notes))  # fmt: skip
                 _log(f"wrote {pretrained_path}")

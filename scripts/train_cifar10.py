@@ -110,11 +110,15 @@ from vitbook.studies.ladder import (
     recording_order,
 )
 from vitbook.studies.session import (
+    Checkpointer,
     Concurrency,
+    OutOfTime,
     StateFolder,
     StateMismatchError,
+    StopRequest,
     budgets_left,
     code_version,
+    hard_deadline,
 )
 from vitbook.train import Recipe, evaluate, fit, resolve_precision
 from vitbook.train import resume as training_state
@@ -719,7 +723,7 @@ def teachers_of(args) -> set[tuple[str, int]]:
 
 def record_run(row: str, seed: int, splits: ImageSplits, args, identity: dict,
                device: torch.device, session: int, deadline: float | None,
-               stop: training_state.StopRequest) -> str:  # fmt: skip
+               stop: StopRequest) -> str:  # fmt: skip
     """Train one run of a state folder from where it stopped, until it ends or must stop.
 
     Returns what happened: ``"finished"`` (its record is in ``runs/ROW-seedS.done.json``),
@@ -746,17 +750,17 @@ def record_run(row: str, seed: int, splits: ImageSplits, args, identity: dict,
     timing = {"session": session, "side_by_side": args.side_by_side, "seconds": []}
     progress["timing"].append(timing)
 
-    def on_epoch(checkpointer: training_state.Checkpointer) -> None:
+    def on_epoch(checkpointer: Checkpointer) -> None:
         timing["seconds"].append(round(checkpointer.epoch_seconds[-1], 4))
         progress["epochs"] = checkpointer.epochs_done
         _files.write_json(folder.path(row, seed, ".json"), progress)
 
-    checkpointer = training_state.Checkpointer(
+    checkpointer = Checkpointer(
         state_path, extra={"identity": run_identity}, deadline=deadline,
         save_every_s=60 * (args.save_every or 1.0), stop=stop, epochs=epochs_of(row, args),
         on_epoch=on_epoch, typical=max(earlier[-3:], default=None))  # fmt: skip
     try:
-        with training_state.hard_deadline(deadline):
+        with hard_deadline(deadline):
             result, model = run(row, seed, splits, args, device, 0, resume=resume,
                                 after_epoch=checkpointer)  # fmt: skip
             if result is None:
@@ -769,7 +773,7 @@ def record_run(row: str, seed: int, splits: ImageSplits, args, identity: dict,
                     _files.write_json(folder.weights / f"{row}-seed{seed}-readout.json",
                                        result["inside"])  # fmt: skip
             _files.write_json(folder.path(row, seed, ".done.json"), result)
-    except training_state.OutOfTime:
+    except OutOfTime:
         return "out of time"
     except DivergenceError as error:
         _files.write_json(folder.path(row, seed, ".failed.json"),
@@ -795,7 +799,7 @@ def work(args, parser: argparse.ArgumentParser) -> int:
         args.folder.claim(identity, planned=planned_rows(args))
     except (StateMismatchError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: {error}\n")
-    with training_state.StopRequest() as stop:
+    with StopRequest() as stop:
         what = record_run(row, int(seed), splits, args, identity, device, int(args.session),
                           float(args.deadline) if args.deadline else None, stop)  # fmt: skip
     print(f"{row} seed {seed}: {what}", flush=True)
@@ -836,7 +840,7 @@ class Worker:
 
 
 def side_by_side(args, todo: list, session: int, deadline: float | None,
-                 stop: training_state.StopRequest, chooser: Concurrency) -> list[str]:  # fmt: skip
+                 stop: StopRequest, chooser: Concurrency) -> list[str]:  # fmt: skip
     """Run the plan's unfinished runs in processes of their own, as many at once as measured.
 
     The first run started is the reference of the measurement (see ``Concurrency``); when it
@@ -943,7 +947,7 @@ def record(args, parser: argparse.ArgumentParser) -> int:
           + (f"; {args.minutes:g} minutes" if args.minutes else ""), flush=True)  # fmt: skip
     notes = []
     try:
-        with training_state.StopRequest() as stop:
+        with StopRequest() as stop:
             one_session(args, todo, splits, identity, device, session, deadline, stop, chooser,
                         notes)  # fmt: skip
         finished = folder.join_finished()

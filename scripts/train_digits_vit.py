@@ -34,6 +34,7 @@ import torch
 from vitbook import VisionTransformer, ViTConfig, _files
 from vitbook.data import load_digits_split
 from vitbook.pretrained import DIGITS_VIT_CLS_PATH, DIGITS_VIT_PATH, save_model
+from vitbook.studies.experiments import RECORDED_FIELDS
 from vitbook.studies.provenance import one_thread
 from vitbook.train import Recipe, evaluate, fit, random_shift
 
@@ -110,8 +111,8 @@ def main() -> None:
         "validation_accuracy": f"{validation:.4f}",
         "test_accuracy": f"{test:.4f}",
         "recipe": str(
-            {**RECIPE.to_dict(), "seed": args.seed, "augment": "random_shift(1)",
-             "train_images": len(x_train)}
+            {**RECIPE.to_dict(keys=RECORDED_FIELDS), "seed": args.seed,
+             "augment": "random_shift(1)", "train_images": len(x_train)}
         ),  # fmt: skip
     }
     _files.write_with(out, lambda path: save_model(model, path, overwrite=True, **notes))

@@ -230,6 +230,25 @@ def test_a_teacher_with_non_finite_logits_is_refused_not_argmaxed(batch, kind):
     assert torch.isnan(loss(outputs, labels, images))
 
 
+def test_a_teacher_returning_probabilities_is_refused_where_soft_targets_would_be_wrong(batch):
+    images, labels, outputs = batch
+    probabilities = nn.Sequential(teacher_model(), nn.Softmax(dim=1))  # rows >= 0 summing to 1
+    with pytest.raises(ValueError, match=r"the teacher returned probabilities .* for all 6 "
+                                         r"images.*drop its softmax"):  # fmt: skip
+        DistillationLoss(probabilities, "soft")(outputs, labels, images)
+    # log-probabilities are logits shifted per row: the same soft targets, accepted
+    log_probabilities = nn.Sequential(teacher_model(), nn.LogSoftmax(dim=1))
+    with torch.no_grad():
+        plain = DistillationLoss(teacher_model(), "soft", tau=2.0)(outputs, labels, images)
+        shifted = DistillationLoss(log_probabilities, "soft", tau=2.0)(outputs, labels, images)
+    torch.testing.assert_close(plain, shifted)
+    # hard distillation reads the argmax, which probabilities keep: the loss is exact
+    with torch.no_grad():
+        exact = DistillationLoss(teacher_model(), "hard")(outputs, labels, images)
+        hard = DistillationLoss(nn.Sequential(teacher_model(), nn.Softmax(dim=1)), "hard")
+        assert torch.equal(hard(outputs, labels, images), exact)
+
+
 def test_fit_stops_when_the_teacher_goes_non_finite_later():
     from vitbook.train import fit
 

@@ -26,16 +26,36 @@ def model():
     return nn.Sequential(nn.Flatten(), nn.Linear(16, 2))
 
 
-def test_to_dict_names_the_fields_given_in_field_order():
+def test_to_dict_gives_every_field_in_field_order_and_keys_pick_a_layout():
     recipe = Recipe(label_smoothing=0.1, epochs=100, batch_size=64, lr=5e-3)
-    assert list(recipe.to_dict()) == ["epochs", "lr", "batch_size", "label_smoothing"]
-    assert recipe.to_dict()["batch_size"] == 64  # named, although it is the default
-    assert len(recipe.to_dict(every=True)) == len(dataclasses.fields(Recipe))
+    assert list(recipe.to_dict()) == list(Recipe.names())
+    assert recipe.to_dict()["weight_decay"] == 0.05  # a default is a field like any other
+    layout = ("epochs", "lr", "batch_size", "label_smoothing")
+    assert recipe.to_dict(keys=layout) == {"epochs": 100, "lr": 5e-3, "batch_size": 64,
+                                           "label_smoothing": 0.1}  # fmt: skip
+    assert list(recipe.to_dict(keys=layout[::-1])) == list(layout[::-1])  # the layout's order
     assert recipe.replace(seed=2).to_dict() == {**recipe.to_dict(), "seed": 2}
-    assert list(recipe.replace(seed=2).to_dict())[-2] == "seed"  # still in field order
-    # equal values are equal recipes, however they were written
+    with pytest.raises(ValueError, match=r"names 'augment', which is not a field of Recipe"):
+        recipe.to_dict(keys=("epochs", "augment"))
+
+
+def test_equal_recipes_write_equal_dicts_however_they_were_made():
     assert Recipe(epochs=3) == Recipe(epochs=3, lr=1e-3)
-    assert Recipe(epochs=3).to_dict() != Recipe(epochs=3, lr=1e-3).to_dict()
+    assert Recipe(epochs=3).to_dict() == Recipe(epochs=3, lr=1e-3).to_dict()
+    recipe = Recipe(epochs=5, lr=2e-3)
+    by_method, by_dataclasses = recipe.replace(seed=1), dataclasses.replace(recipe, seed=1)
+    assert by_method == by_dataclasses and by_method.to_dict() == by_dataclasses.to_dict()
+    assert by_method.to_dict() == Recipe(epochs=5, lr=2e-3, seed=1).to_dict()
+    assert vars(recipe).keys() == set(Recipe.names())  # no state besides the fields
+
+
+def test_the_recorded_layouts_name_their_keys_beside_their_recipe():
+    from vitbook.studies import experiments
+
+    recorded = experiments.recorded_recipe()
+    assert list(recorded) == [*experiments.RECORDED_FIELDS, "augment"]
+    assert recorded == experiments.recorded_recipe(dataclasses.replace(experiments.RECIPE))
+    assert experiments.load_results()["recipe"] == recorded  # the shipped file's layout
 
 
 def test_a_recipe_survives_copies_and_pickles_with_its_layout():
@@ -73,7 +93,8 @@ def test_a_recipe_refuses_what_fit_refuses_with_the_same_words(fields, error, ma
 def test_from_dict_reads_the_layout_and_refuses_what_is_not_a_field():
     recorded = {"epochs": 100, "lr": 0.005, "weight_decay": 0.05, "batch_size": 64,
                 "warmup_epochs": 5, "label_smoothing": 0.1}  # as the results files hold it
-    assert Recipe.from_dict(recorded).to_dict() == recorded
+    assert Recipe.from_dict(recorded).to_dict(keys=recorded) == recorded
+    assert Recipe.from_dict(Recipe.from_dict(recorded).to_dict()) == Recipe.from_dict(recorded)
     with pytest.raises(ValueError, match=r"the recipe names 'augment', which is not a field"):
         Recipe.from_dict({**recorded, "augment": "random_shift(1)"})
     with pytest.raises(TypeError, match="a recipe is a dict of fields, got list"):
@@ -108,3 +129,56 @@ def test_fit_has_few_named_parameters():
 
     named = [p for p in inspect.signature(fit).parameters.values() if p.kind != p.VAR_KEYWORD]
     assert len(named) <= 14, [p.name for p in named]
+
+
+def test_a_missing_or_unknown_field_is_named_with_the_fields_and_a_close_name():
+    with pytest.raises(TypeError, match=r"missing .*'epochs'.*fields are epochs, lr, weight_decay"):
+        Recipe()
+    with pytest.raises(TypeError, match=r"'warmup'.*did you mean 'warmup_(steps|epochs)'.*fields "
+                                        r"are epochs, lr"):  # fmt: skip
+        Recipe(epochs=2, warmup=1)
+    with pytest.raises(TypeError, match=r"keywords only"):
+        Recipe(2)
+    with pytest.raises(TypeError, match=r"fit\(\) got an unexpected keyword argument 'warmup'; "
+                                        r"did you mean 'warmup_"):  # fmt: skip
+        fit(model(), data(), Recipe(epochs=1), warmup=1, progress=False)
+    with pytest.raises(TypeError, match=r"'epochs'.*the recipe's fields are epochs, lr"):
+        fit(model(), data(), progress=False)
+    with pytest.raises(TypeError, match=r"Recipe has no field 'lrr'; did you mean 'lr'\?"):
+        Recipe(epochs=1).replace(lrr=1.0)
+
+
+def test_a_seed_torch_cannot_take_is_refused_when_the_recipe_is_made():
+    # torch.manual_seed takes -2**63 <= seed < 2**64 (torch 2.13) and says "Overflow when
+    # unpacking long long" beyond.
+    assert Recipe(epochs=1, seed=2**64 - 1).seed == 2**64 - 1
+    assert Recipe(epochs=1, seed=-(2**63)).seed == -(2**63)
+    for seed in (2**64, -(2**63) - 1):
+        with pytest.raises(ValueError, match=rf"seed={seed} is outside torch's seeds, "
+                                             r"-2\*\*63 <= seed < 2\*\*64"):  # fmt: skip
+            Recipe(epochs=1, seed=seed)
+
+
+def test_label_smoothing_in_the_mix_and_in_the_loss_is_refused_naming_which_to_keep():
+    from vitbook.data.augment import mixup_cutmix
+    from vitbook.train.distill import DistillationLoss
+
+    images = torch.randn(24, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(24) % 3
+
+    def three():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+
+    twice = r"smoothed twice.*mixup_cutmix\(\.\.\., label_smoothing=0\.1\) with label_smoothing=0"
+    with pytest.raises(ValueError, match=twice):
+        fit(three(), (images, labels), Recipe(epochs=1, label_smoothing=0.1), progress=False,
+            mix=mixup_cutmix(3, label_smoothing=0.1))  # fmt: skip
+    with pytest.raises(ValueError, match=r"smoothed twice.*the criterion's label_smoothing=0.1"):
+        fit(three(), (images, labels), Recipe(epochs=1), progress=False,
+            mix=mixup_cutmix(3, label_smoothing=0.1),
+            criterion=DistillationLoss(None, "none", label_smoothing=0.1))  # fmt: skip
+    once = [{"mix": mixup_cutmix(3, label_smoothing=0.1)},  # in the mix, as DeiT and timm
+            {"mix": mixup_cutmix(3), "label_smoothing": 0.1}]  # in the loss, of mixed targets
+    for arguments in once:
+        assert fit(three(), (images, labels), epochs=1, progress=False, **arguments).epochs == 1

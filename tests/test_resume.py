@@ -4,6 +4,7 @@ not belong to the call is refused, and a damaged state file is named."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -252,3 +253,141 @@ def test_a_changed_byte_or_a_folder_in_place_of_the_state_is_named(tmp_path):
     with pytest.raises(TrainingStateError, match=r"plain\.pt holds a training state without a "
                                                  r"checksum"):  # fmt: skip
         load_state(plain)
+
+
+# --- what a resumed call must repeat, and what a state may hold ---------------------------------
+
+
+def stopped_after(epochs_done, *, epochs=3, **arguments):
+    """A state of a run of ``problem()`` stopped after ``epochs_done`` epochs."""
+    saved = {}
+
+    def after_epoch(done, state):
+        if done == epochs_done:
+            saved["state"] = state()
+            return True
+        return False
+
+    fit(arguments.pop("model", None) or vit(), problem(), epochs=epochs, batch_size=16,
+        progress=False, after_epoch=after_epoch, **arguments)  # fmt: skip
+    return saved["state"]
+
+
+def linear(seed=0, hidden=None):
+    torch.manual_seed(seed)
+    if hidden is None:
+        return nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, hidden), nn.ReLU(), nn.Linear(hidden, 3))
+
+
+def test_a_distillation_resumed_with_another_teacher_is_refused():
+    import copy
+
+    from vitbook.train.distill import DistillationLoss
+
+    def loss(teacher):
+        return DistillationLoss(teacher, "soft", single_head=True)
+
+    teacher = linear(seed=1)
+    state = stopped_after(1, model=linear(), criterion=loss(copy.deepcopy(teacher)))
+    for other in (linear(seed=2), linear(seed=1, hidden=8)):  # other weights, another network
+        refused = r"criterion=.DistillationLoss\(.*weights=\w+\). then"
+        with pytest.raises(TrainingStateError, match=refused):
+            fit(linear(), problem(), epochs=3, batch_size=16, criterion=loss(other),
+                resume=state, progress=False)  # fmt: skip
+    resumed = fit(linear(), problem(), epochs=3, batch_size=16, progress=False,
+                  criterion=loss(copy.deepcopy(teacher)), resume=state)  # the same teacher
+    assert resumed.epochs == 3
+
+
+class Jitter:
+    """An augmentation whose strength is a private attribute."""
+
+    def __init__(self, strength):
+        self._strength = strength
+
+    def __call__(self, images, generator):
+        noise = torch.randn(images.shape, generator=generator, device=images.device)
+        return images + self._strength * noise
+
+
+def add(amount, images, generator):
+    return images + amount
+
+
+def by(amount):
+    def augment(images, generator):
+        return images + amount
+
+    return augment
+
+
+def deep(amount):
+    nested = [[[[[amount]]]]]  # five lists deep
+
+    def augment(images, generator):
+        return images + nested[0][0][0][0][0]
+
+    return augment
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [lambda s: by(torch.tensor(s)), lambda s: functools.partial(add, torch.tensor(s)), Jitter,
+     deep],
+    ids=["a tensor", "a partial of a tensor", "a private attribute", "five lists deep"],
+)
+def test_an_augmentations_setting_is_compared_however_it_is_held(setting):
+    state = stopped_after(1, augment=setting(0.1))
+    with pytest.raises(TrainingStateError, match=r"other arguments \(augment="):
+        fit(vit(), problem(), epochs=3, batch_size=16, augment=setting(0.2), resume=state,
+            progress=False)  # fmt: skip
+    resumed = fit(vit(), problem(), epochs=3, batch_size=16, augment=setting(0.1), resume=state,
+                  progress=False)  # fmt: skip
+    assert resumed.epochs == 3
+
+
+def test_a_setting_that_cannot_be_compared_is_refused_with_what_to_do():
+    class Opaque:
+        __slots__ = ()
+
+        def __call__(self, images, generator):
+            return images
+
+    opaque = torch.Generator()  # no settings to read: its state is not the augmentation's
+    with pytest.raises(TypeError, match=r"augment holds a torch.Generator, which fit cannot "
+                                        r"compare.*resume"):  # fmt: skip
+        fit(vit(), problem(), epochs=1, augment=functools.partial(add, opaque), progress=False,
+            after_epoch=lambda done, state: None)  # fmt: skip
+    fit(vit(), problem(), epochs=1, augment=Opaque(), progress=False,  # no settings at all
+        after_epoch=lambda done, state: None)  # fmt: skip
+
+
+def test_one_state_resumed_twice_gives_the_same_run_twice():
+    state = stopped_after(1)
+    first_model, second_model = vit(seed=3), vit(seed=4)
+    first = fit(first_model, problem(), epochs=3, batch_size=16, resume=state, progress=False)
+    second = fit(second_model, problem(), epochs=3, batch_size=16, resume=state, progress=False)
+    assert first.train_loss == second.train_loss and first.epochs == second.epochs == 3
+    for name, tensor in first_model.state_dict().items():
+        assert torch.equal(second_model.state_dict()[name], tensor), name
+    assert state["epoch"] == 1 and len(state["history"]["train_loss"]) == 1  # the state as made
+
+
+def test_a_history_of_other_length_than_the_epochs_done_is_refused():
+    state = stopped_after(2)
+    history = {**state["history"], "train_loss": [0.5] * 6}
+    with pytest.raises(TrainingStateError, match=r"2 epochs are done but its history holds 6 "
+                                                 r"train_loss"):  # fmt: skip
+        fit(vit(), problem(), epochs=3, batch_size=16, resume={**state, "history": history},
+            progress=False)  # fmt: skip
+
+
+def test_a_state_asked_for_after_its_epoch_is_refused():
+    functions = {}
+    fit(vit(), problem(), epochs=2, batch_size=16, progress=False,
+        after_epoch=lambda done, state: functions.update({done: state}))  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"state\(\) of epoch 1 was called after fit went on"):
+        functions[1]()
+    with pytest.raises(RuntimeError, match=r"state\(\) of epoch 2 was called after"):
+        functions[2]()

@@ -16,14 +16,18 @@ from torch import nn
 from vitbook import _files
 from vitbook.studies import records
 from vitbook.studies.session import (
+    Checkpointer,
     Concurrency,
+    OutOfTime,
     StateFolder,
     StateMismatchError,
+    StopRequest,
     budgets_left,
     code_version,
+    hard_deadline,
 )
 from vitbook.train import fit
-from vitbook.train.resume import Checkpointer, OutOfTime, StopRequest, hard_deadline, load_state
+from vitbook.train.resume import load_state
 
 IDENTITY = {"data_sha256": "ab" * 32, "code_version": "0123", "torch": "2.13.0",
             "precision": "bf16", "compile": True, "model": "photo ViT"}  # fmt: skip

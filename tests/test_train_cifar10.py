@@ -302,7 +302,8 @@ def test_each_row_gets_its_augmentation_and_fit_arguments(monkeypatch):
     with pytest.raises(RuntimeError):
         script.run("vit-crop-flip", 0, splits, args, script.torch.device("cpu"), 0)
     recipe = seen["recipe"]  # the recorded rows name no rule: they train with fit's default
-    assert "weight_decay_rule" not in recipe.to_dict() and recipe.weight_decay_rule == "all"
+    assert "weight_decay_rule" not in script.recipe("vit-crop-flip", None)
+    assert recipe.weight_decay_rule == "all"
     assert recipe.label_smoothing == 0.1  # as recorded
 
 

@@ -127,4 +127,5 @@ def mixup_cutmix(
         return mixed, lam * onehot + (1 - lam) * onehot.flip(0)
 
     mix.num_classes = n_cls  # fit checks the labels against it, once
+    mix.label_smoothing = smoothing  # and refuses a loss that smooths them again
     return mix

@@ -70,6 +70,7 @@ __all__ = [
     "EXPERIMENTS",
     "AUGMENT",
     "RECIPE",
+    "RECORDED_FIELDS",
     "RESULTS_PATH",
     "build_model",
     "load_results",
@@ -100,14 +101,18 @@ BASE_VIT: dict[str, object] = {
 CNN_CHANNELS = (16, 32, 48)  # 19,162 parameters, against the base ViT's 17,642
 RECIPE = Recipe(epochs=100, lr=5e-3, weight_decay=0.05, batch_size=64, warmup_epochs=5,
                 label_smoothing=0.1)
+# The recipe's fields the results files record (experiments.json, distillation.json, the
+# transfer's pretrain_recipe and the shipped digits models): their layout, kept as written.
+RECORDED_FIELDS = ("epochs", "lr", "weight_decay", "batch_size", "warmup_epochs", "label_smoothing")
 AUGMENT = "random_shift(1)"  # the runs' augmentation, by name (AUGMENTS)
 # What the recipe's "augment" names: the one-pixel shifts, or nothing (augmentation experiment).
 AUGMENTS = {"random_shift(1)": random_shift(1), "none": None}
 
 
-def recorded_recipe() -> dict[str, object]:
-    """The recipe as the results files record it: :data:`RECIPE`'s fields and the augmentation's
-    name (``experiments.json`` and ``distillation.json`` hold this layout).
+def recorded_recipe(recipe: Recipe | None = None) -> dict[str, object]:
+    """A recipe (:data:`RECIPE` by default) as the results files record it: its
+    :data:`RECORDED_FIELDS` and the augmentation's name (``experiments.json`` and
+    ``distillation.json`` hold this layout).
 
     Example:
         >>> recorded_recipe()["epochs"], recorded_recipe()["augment"]
@@ -115,7 +120,8 @@ def recorded_recipe() -> dict[str, object]:
 
     See chapter: Training and classification.
     """
-    return {**RECIPE.to_dict(), "augment": AUGMENT}
+    recipe = RECIPE if recipe is None else recipe
+    return {**recipe.to_dict(keys=RECORDED_FIELDS), "augment": AUGMENT}
 
 _READOUTS = {"token": {"class_token": True, "pool": "cls"}, "mean": {"class_token": False}}
 _POSITIONS = ("none", "learned", "sincos2d", "relative")

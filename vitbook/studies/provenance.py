@@ -138,11 +138,13 @@ def one_thread() -> Iterator[None]:
         ...     torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
         (1, True)
     """
-    saved = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    threads = torch.get_num_threads()
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())  # fmt: skip
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     try:
         yield
     finally:
-        torch.set_num_threads(saved[0])
-        torch.use_deterministic_algorithms(saved[1])
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])

@@ -500,3 +500,172 @@ def budgets_left(
     if borrowed:
         words += f"; {', '.join(sorted(borrowed))} at the slowest timed row of their model"
     return math.ceil(seconds / usable), words
+
+
+# --- Stopping a run in time (signals, a hard deadline) and saving it as it goes. fit's state
+# itself (capture, restore, save_state, load_state) is vitbook.train.resume's.
+import contextlib  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+from vitbook.train.resume import save_state  # noqa: E402
+
+__all__ += ["Checkpointer", "OutOfTime", "StopRequest", "hard_deadline"]
+
+
+class OutOfTime(BaseException):
+    """Raised in the main thread when a run's :func:`hard_deadline` passes: a ``BaseException``,
+    like ``KeyboardInterrupt``, so that no ``except Exception`` on the way swallows it. The epoch
+    in progress is lost; the last saved state stands.
+
+    See chapter: Real photos.
+    """
+
+
+class StopRequest:
+    """SIGTERM or SIGINT asks a run to stop at its epoch's end (its state is saved then); a
+    second SIGINT (Ctrl-C twice) stops at once, losing the epoch in progress. A context manager
+    around training, in the main thread, that puts the previous handlers back on exit.
+    ``requested`` says whether a stop was asked for, ``reason`` by what.
+
+    See chapter: Real photos.
+    """
+
+    def __init__(self) -> None:
+        self.requested, self.reason = False, ""
+        self._previous: dict[int, object] = {}
+
+    def ask(self, reason: str) -> None:
+        """Ask for a stop at the epoch's end, as a signal does."""
+        self.requested, self.reason = True, reason
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt("a second Ctrl-C: stopped at once")
+        self.ask(signal.Signals(signum).name)
+
+    def __enter__(self) -> StopRequest:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def hard_deadline(deadline: float | None, clock: Callable[[], float] = time.monotonic):
+    """Raise :class:`OutOfTime` in the main thread when ``clock()`` reaches ``deadline`` (``None``:
+    never): the safety net under :class:`Checkpointer`, for an epoch longer than its estimate.
+
+    See chapter: Real photos.
+    """
+    if deadline is None:
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise OutOfTime(f"the deadline passed {clock() - deadline:.1f} s ago")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(deadline - clock(), 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Checkpointer:
+    """``fit``'s ``after_epoch`` for a run that must stop in time: it saves the training state
+    every ``save_every_s`` seconds, at the last epoch, and whenever it stops the run, which it
+    does when a stop is requested or when the next epoch (and its save) would not end before
+    ``deadline``.
+
+    Args:
+        path: the state file (written with :func:`vitbook.train.resume.save_state`).
+        extra: added to the saved state (the run's identity, say).
+        deadline: a ``clock()`` time to stop by; ``None`` for none.
+        save_every_s: seconds between two saves while the run goes on.
+        stop: a :class:`StopRequest` (signals), or ``None``.
+        epochs: the run's epochs (the last one is always saved).
+        on_epoch: ``on_epoch(self)``, called after every epoch (progress files).
+        typical: an epoch's seconds measured before (an earlier session), the estimate until
+            this process has timed an epoch past its first (which includes compiling).
+        clock: the clock of ``deadline``.
+
+    Raises:
+        ValueError / TypeError: ``save_every_s`` not a number > 0 (inf: save only at the last
+            epoch and at a stop), ``deadline`` or ``typical`` not finite, ``epochs`` not >= 1.
+
+    Attributes:
+        epoch_seconds: this process's epochs, each from the end of the one before (the first
+            includes set-up and compiling); ``stopped``: why it stopped the run (or ``""``).
+
+    See chapter: Real photos.
+    """
+
+    SAFETY = 1.25  # the next epoch is estimated as this times the slowest of the last three
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        extra: dict[str, object] | None = None,
+        deadline: float | None = None,
+        save_every_s: float = 60.0,
+        stop: StopRequest | None = None,
+        epochs: int | None = None,
+        on_epoch: Callable[[Checkpointer], None] | None = None,
+        typical: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(save_every_s, bool) or not isinstance(save_every_s, int | float):
+            raise TypeError(f"save_every_s must be a number, got {save_every_s!r} of type "
+                            f"{type(save_every_s).__name__}; e.g. 60.0.")  # fmt: skip
+        if not save_every_s > 0:  # NaN too
+            raise ValueError(f"save_every_s={save_every_s!r} must be a number of seconds > 0; "
+                             "e.g. 60.0 (inf: save only at the last epoch and at a stop).")
+        if deadline is not None:
+            _checks.real("deadline", deadline, fix="pass a clock() time, or None for none")
+        if typical is not None:
+            _checks.real("typical", typical, low=0, fix="pass an epoch's seconds, or None")
+        if epochs is not None:
+            _checks.integer("epochs", epochs, minimum=1, fix="pass the run's epochs, or None")
+        self.path, self.extra, self.deadline = Path(path), dict(extra or {}), deadline
+        self.save_every_s, self.stop, self.epochs = save_every_s, stop, epochs
+        self.on_epoch, self.typical, self.clock = on_epoch, typical, clock
+        self.last = self.saved_at = clock()
+        self.epoch_seconds: list[float] = []
+        self.save_seconds, self.epochs_done, self.stopped = 0.0, 0, ""
+
+    def next_epoch_seconds(self) -> float:
+        """The next epoch's expected length, saving included: the slowest of the last three
+        epochs (leaving out the first, with its set-up, once there are others, or while
+        ``typical`` stands in for them) times :attr:`SAFETY`, plus the last save's time."""
+        fallback = [self.typical] if self.typical is not None else self.epoch_seconds
+        timed = self.epoch_seconds[1:] or fallback
+        return self.SAFETY * max(timed[-3:], default=0.0) + self.save_seconds
+
+    def __call__(self, done: int, state: Callable[[], dict]) -> bool:
+        now = self.clock()
+        self.epoch_seconds.append(now - self.last)
+        self.epochs_done = done
+        last = self.epochs is not None and done >= self.epochs
+        if self.stop is not None and self.stop.requested:
+            self.stopped = f"asked to stop ({self.stop.reason})"
+        elif not last and self.deadline is not None:
+            if now + self.next_epoch_seconds() > self.deadline:
+                self.stopped = "the next epoch would not end before the deadline"
+        near = self.deadline is not None and self.deadline - now < 3 * self.next_epoch_seconds()
+        if self.stopped or last or near or now - self.saved_at >= self.save_every_s:
+            start = self.clock()
+            save_state(self.path, {**state(), **self.extra})
+            self.saved_at = self.clock()
+            self.save_seconds = self.saved_at - start
+        if self.on_epoch is not None:
+            self.on_epoch(self)
+        self.last = self.clock()
+        return bool(self.stopped)

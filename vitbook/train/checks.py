@@ -10,6 +10,7 @@ See chapter: Training and classification.
 
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
 import types
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 
 from vitbook import _checks
-from vitbook.train.recipe import Recipe
+from vitbook.train.recipe import Recipe, check_names
 
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 Mix = Callable[[torch.Tensor, torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
@@ -32,14 +33,9 @@ def recipe_of(recipe: Recipe | None, fields: dict[str, object]) -> Recipe:
             f"recipe must be a vitbook.train.Recipe, got {type(recipe).__name__}; for a dict "
             "of fields write fit(model, data, Recipe(**fields)) or fit(model, data, **fields)."
         )
-    unknown = [name for name in fields if name not in Recipe.names()]
-    if unknown:
-        raise TypeError(f"fit() got an unexpected keyword argument {unknown[0]!r}")
+    check_names(fields, unknown="fit() got an unexpected keyword argument",
+                missing="fit()" if recipe is None else None)  # fmt: skip
     if recipe is None:
-        if "epochs" not in fields:
-            raise TypeError(
-                "fit() missing 1 required keyword-only argument: 'epochs' (or pass a Recipe)"
-            )
         return Recipe(**fields)
     return recipe.replace(**fields) if fields else recipe
 
@@ -205,6 +201,39 @@ def soft_targets(targets: torch.Tensor, name: str) -> None:
         )
 
 
+def loss_smoothing(recipe: Recipe, criterion: object) -> tuple[float, str]:
+    """The label smoothing of the loss, and whose it is: the recipe's, or the criterion's."""
+    if criterion is None:
+        return recipe.label_smoothing, "the recipe's"
+    return float(getattr(criterion, "label_smoothing", 0.0) or 0.0), "the criterion's"
+
+
+def smoothed_once(mix: object, targets: torch.Tensor | None, smoothing: float, whose: str) -> None:
+    """Refuse labels smoothed by the mix and again by the loss. A mix says so in its
+    ``label_smoothing`` attribute; without one, its first soft targets tell (no class at 0 in
+    any row: a mix of two one-hot rows leaves n_cls - 2 zeros; one read, at the first step)."""
+    if not smoothing:
+        return
+    declared = getattr(mix, "label_smoothing", None)
+    if declared is None:
+        if targets is None or targets.ndim != 2 or targets.shape[1] < 3:
+            return
+        if not bool(targets.min() > 0):
+            return
+        how = "no class of its first targets is at 0"
+    elif not declared:
+        return
+    else:
+        how = f"its label_smoothing={declared}"
+    owner = "recipe" if whose == "the recipe's" else "criterion"
+    raise ValueError(
+        f"the labels are smoothed twice: the mix smooths its targets ({how}) and {whose} "
+        f"label_smoothing={smoothing} smooths them again. Keep "
+        f"one: mixup_cutmix(..., label_smoothing={smoothing}) with label_smoothing=0 in the "
+        f"{owner} (as DeiT and timm do), or {whose} with mixup_cutmix(..., label_smoothing=0)."
+    )
+
+
 def fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
     """A sha256 of the data's bytes, dtypes and shapes (its first 16 hex digits), read once on
     the host: a resumed run must train on the data it started on, not on others of its size."""
@@ -216,42 +245,110 @@ def fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
     return digest.hexdigest()[:16]
 
 
-def configuration(function: object, depth: int = 0) -> str:
+def configuration(function: object, name: str = "augment") -> str:
     """A function's name with what it closes over, recursively (``compose`` of
     ``random_shift(1)``: ``random_shift.<locals>.augment(max_shift=1)``), or an object's type
-    with its plain attributes: what a resumed run must repeat of an augmentation (its strength),
-    a mix or a criterion. Modules and tensors count by type and shape (no weights, no address)."""
-    if function is None or isinstance(function, bool | int | float | str):
-        return repr(function)
-    if depth > 4:
-        return "..."
-    inner = functools.partial(configuration, depth=depth + 1)
-    if isinstance(function, tuple | list):
-        items = ", ".join(map(inner, function))
-        return f"({items})" if isinstance(function, tuple) else f"[{items}]"
-    if isinstance(function, dict):
-        return "{" + ", ".join(f"{k!r}: {inner(v)}" for k, v in function.items()) + "}"
-    if isinstance(function, torch.Tensor):
-        return f"tensor{tuple(function.shape)}"
-    if isinstance(function, functools.partial):
-        given = (function.args, function.keywords)
-        return f"partial({inner(function.func)}, {inner(given[0])}, {inner(given[1])})"
-    if isinstance(function, types.FunctionType):
+    with its attributes: what a resumed run must repeat of an augmentation (its strength), a mix
+    or a criterion (``name``, for the error). Tensors and arrays count by dtype, shape and a
+    checksum of their values; a module by its public settings, a checksum of its architecture
+    (its ``repr``) and one of its weights and buffers (a distillation's teacher). What holds no
+    readable setting (a ``torch.Generator``, an object of C) is refused, naming it.
+
+    Raises:
+        TypeError: a setting that cannot be compared, or one nested more than 100 deep.
+    """
+    return _setting(function, name, ())
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, type(...))
+_BY_NAME = (types.BuiltinFunctionType, types.ModuleType, type, torch.dtype, torch.device)
+
+
+def _digest(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.hexdigest()[:16]
+
+
+def _tensor(tensor: torch.Tensor) -> str:
+    host = tensor.detach().to("cpu").contiguous()
+    values = host.reshape(-1).view(torch.uint8).numpy() if host.numel() else b""
+    return f"tensor({host.dtype}, {tuple(host.shape)}, sha256={_digest(memoryview(values))})"
+
+
+def _setting(value: object, name: str, path: tuple[int, ...]) -> str:
+    if isinstance(value, _PLAIN):
+        return repr(value)
+    if id(value) in path:  # a structure that holds itself: say so, once
+        return "<itself>"
+    if len(path) >= 100:
+        raise TypeError(f"{name} holds settings nested more than 100 deep; fit cannot compare "
+                        "them for resume: flatten them, or train without resume/after_epoch.")
+    inner = functools.partial(_setting, name=name, path=(*path, id(value)))
+    if isinstance(value, tuple | list):
+        items = ", ".join(map(inner, value))
+        return f"({items})" if isinstance(value, tuple) else f"[{items}]"
+    if isinstance(value, set | frozenset):
+        return "{" + ", ".join(sorted(map(inner, value))) + "}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{inner(k)}: {inner(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, torch.Tensor):
+        return _tensor(value)
+    if type(value).__module__ == "numpy" and hasattr(value, "tobytes"):  # an array, a scalar
+        return _tensor(torch.as_tensor(value))
+    if isinstance(value, _BY_NAME) or isinstance(value, enum.Enum):
+        qualname = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+        module = getattr(value, "__module__", None)
+        return f"{module}.{qualname}" if qualname and module else repr(value)
+    if isinstance(value, functools.partial):
+        return f"partial({inner(value.func)}, {inner(value.args)}, {inner(value.keywords)})"
+    if isinstance(value, types.MethodType):
+        return f"{inner(value.__self__)}.{value.__func__.__name__}"
+    if isinstance(value, types.FunctionType):
         parts = []
-        for name, cell in zip(function.__code__.co_freevars, function.__closure__ or (),
-                              strict=True):  # fmt: skip
+        for free, cell in zip(value.__code__.co_freevars, value.__closure__ or (), strict=True):
             try:
-                value = cell.cell_contents
+                held = cell.cell_contents
             except ValueError:  # a name the enclosing function has not bound (yet)
                 continue
-            if value is not function:  # a nested function that calls itself
-                parts.append(f"{name}={inner(value)}")
-        if function.__defaults__:
-            parts.append(f"defaults={inner(function.__defaults__)}")
-        return f"{function.__qualname__}({', '.join(parts)})"
-    settings = {k: v for k, v in getattr(function, "__dict__", {}).items()
-                if not k.startswith("_") and k != "training"}  # fmt: skip
-    if isinstance(function, nn.Module):  # its settings, not its submodules' weights
-        settings = {k: v for k, v in settings.items() if isinstance(v, bool | int | float | str)}
-    parts = [f"{k}={inner(v)}" for k, v in sorted(settings.items())]
-    return f"{type(function).__qualname__}({', '.join(parts)})"
+            if held is not value:  # a nested function that calls itself
+                parts.append(f"{free}={inner(held)}")
+        if value.__defaults__:
+            parts.append(f"defaults={inner(value.__defaults__)}")
+        if value.__kwdefaults__:
+            parts.append(f"kwdefaults={inner(value.__kwdefaults__)}")
+        parts += [f"{k}={inner(v)}" for k, v in sorted(value.__dict__.items())]  # value_range...
+        return f"{value.__qualname__}({', '.join(parts)})"
+    kind = type(value).__qualname__
+    if isinstance(value, nn.Module):  # public settings, architecture, weights and buffers
+        settings = {k: v for k, v in vars(value).items()
+                    if not k.startswith("_") and k != "training"}  # fmt: skip
+        state = value.state_dict()
+        weights = _digest(*(f"{k} {_tensor(t)}".encode() for k, t in state.items()))
+        parts = [f"{k}={inner(v)}" for k, v in sorted(settings.items())]
+        parts += [f"architecture={_digest(repr(value).encode())}", f"weights={weights}"]
+        return f"{kind}({', '.join(parts)})"
+    if hasattr(value, "__dict__") or hasattr(type(value), "__slots__"):
+        settings = dict(getattr(value, "__dict__", {}))
+        for slot in _slots(type(value)):
+            if hasattr(value, slot):
+                settings[slot] = getattr(value, slot)
+        return f"{kind}({', '.join(f'{k}={inner(v)}' for k, v in sorted(settings.items()))})"
+    module = type(value).__module__
+    shown = f"{module}.{kind}" if module not in ("builtins", None) else kind
+    shown = "torch.Generator" if isinstance(value, torch.Generator) else shown
+    raise TypeError(
+        f"{name} holds a {shown}, which fit cannot compare, so a resumed run could not tell "
+        "whether it was given the same one; hold plain values (numbers, strings, tensors) "
+        "instead, or train without resume and after_epoch."
+    )
+
+
+def _slots(cls: type) -> list[str]:
+    """Every ``__slots__`` name of ``cls`` and its bases."""
+    names = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else [s for s in slots if s != "__dict__"]
+    return names

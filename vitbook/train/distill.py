@@ -35,7 +35,8 @@ computed under ``torch.no_grad()`` inside whatever autocast the caller runs the 
 Checked where the data enter, once, in eager mode (never per step, and not under
 ``torch.compile``): the first call that trains refuses a student whose logits depend on the
 teacher's parameters (the student given as its own teacher, or sharing its weights), and the
-first teacher logits must be finite (one read). A later non-finite teacher logit makes the loss
+first teacher logits must be finite and, for soft targets, not probabilities (one read; hard
+targets read the argmax, which probabilities keep). A later non-finite teacher logit makes the loss
 NaN, which ``fit`` stops at, instead of becoming a target by ``argmax``. Student logits without
 gradients while gradients are on are refused on every call (a check of flags, not of values):
 nothing would train.
@@ -259,9 +260,20 @@ class DistillationLoss(nn.Module):
         self._student_checked = True
 
     def _check_teacher(self, teacher_logits: torch.Tensor) -> None:
-        """The teacher's first logits must be finite: a NaN would become a target by argmax."""
+        """The teacher's first logits must be finite (a NaN would become a target by argmax)
+        and, for soft targets, not probabilities (softmax of a softmax flattens them). One read."""
         bad = ~torch.isfinite(teacher_logits)
-        if bool(bad.any()):
+        values = teacher_logits.detach().float()
+        rows = (values >= 0).all(dim=1) & ((values.sum(dim=1) - 1).abs() <= 1e-2)
+        found = torch.stack([bad.any(), rows.all()]).tolist()  # the read
+        if found[1] and self.distillation_type == "soft":
+            raise ValueError(
+                f"the teacher returned probabilities (each row >= 0, summing to 1) for all "
+                f"{teacher_logits.shape[0]} images of the first batch, not logits: soft "
+                "distillation takes softmax(teacher / tau), which would flatten them. Return "
+                "the logits (drop its softmax), or their log (log-probabilities are logits)."
+            )
+        if found[0]:
             images = int(bad.any(dim=1).sum())
             raise ValueError(
                 f"the teacher returned non-finite logits (NaN or inf) for {images} of "

@@ -1,9 +1,8 @@
-"""Running a trained classifier: its precision, its predictions and its accuracy.
+"""Running a trained classifier: its predictions and its accuracy.
 
 ``predict`` returns class probabilities and ``evaluate`` the accuracy of a model in eval mode,
-without gradients, in chunks, on the model's device; ``resolve_precision`` says which precision
-``"auto"`` means on a device. :mod:`vitbook.train` uses them and imports them for its readers
-(``from vitbook.train import evaluate`` keeps working).
+without gradients, in chunks, on the model's device (``from vitbook.train import evaluate``);
+``Evaluator`` is ``fit``'s accuracy after each epoch.
 
 See chapter: Training and classification.
 """
@@ -14,62 +13,18 @@ import torch
 from torch import nn
 
 from vitbook import _checks
-from vitbook.train.recipe import PRECISIONS
-from vitbook.train.step import autocast, logits_of
+from vitbook.train._shared import (
+    as_module,
+    autocast,
+    device_of,
+    logits_of,
+    num_classes_of,
+    resolve_precision,
+)
 
-__all__ = ["evaluate", "predict", "resolve_precision"]
+__all__ = ["Evaluator", "evaluate", "predict"]
 
 Data = tuple[torch.Tensor, torch.Tensor]
-
-
-def _num_classes(model: nn.Module) -> int | None:
-    """n_cls from a vitbook model's config, or None for another module (read from its logits)."""
-    num_classes = getattr(getattr(model, "config", None), "num_classes", None)
-    if num_classes == 0:
-        raise ValueError(
-            "the model has num_classes=0, so no classification head; build it with "
-            "num_classes=n_cls to train or evaluate a classifier."
-        )
-    return num_classes if isinstance(num_classes, int) else None
-
-
-def _model(model: object) -> nn.Module:
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"model must be a torch.nn.Module mapping images to logits, got {type(model).__name__}."
-        )
-    return model
-
-
-def _device(model: nn.Module, device: str | torch.device | None) -> torch.device:
-    _model(model)
-    if device is not None:
-        return _checks.device("device", device)
-    parameter = next(model.parameters(), None)
-    return parameter.device if parameter is not None else torch.device("cpu")
-
-
-def resolve_precision(precision: str, device: str | torch.device) -> str:
-    """The precision ``fit`` trains in: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
-
-    ``"auto"`` picks bf16 on a GPU that computes it natively (compute capability 8.0 or higher:
-    A100, H100, RTX 30xx and later), fp16 with a gradient scaler on older GPUs (a T4, Colab's free
-    GPU, has fast fp16 and no fast bf16) and fp32 elsewhere, the CPU included. Asking for
-    ``"bf16"`` or ``"fp16"`` explicitly works on the CPU too (slowly: for tests and curiosity).
-
-    Example:
-        >>> resolve_precision("auto", "cpu"), resolve_precision("bf16", "cpu")
-        ('fp32', 'bf16')
-
-    See chapter: Real photos.
-    """
-    _checks.choice("precision", precision, PRECISIONS)
-    device = _checks.device("device", device)
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
-    return "fp32"
 
 
 @torch.no_grad()
@@ -106,7 +61,7 @@ def predict(
         )
     _checks.finite("images", images)
     _checks.integer("batch_size", batch_size, minimum=1, fix="use e.g. batch_size=256")
-    device = _device(model, device)
+    device = device_of(model, device)
     precision = resolve_precision(precision, device)
     return _probabilities(model, images, batch_size, device, precision).cpu()
 
@@ -165,7 +120,7 @@ def evaluate(
 
     See chapter: Training and classification.
     """
-    images, labels = _checks.labelled_data("data", data, _num_classes(_model(model)))
+    images, labels = _checks.labelled_data("data", data, num_classes_of(as_module(model)))
     probabilities = predict(
         model, images, batch_size=batch_size, device=device, precision=precision
     )  # (B, n_cls)

@@ -17,12 +17,15 @@ See chapter: Training and classification.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vitbook import _checks
 from vitbook.train.optim import OPTIMIZERS, WEIGHT_DECAY_RULES
 
-__all__ = ["PRECISIONS", "Recipe"]
+__all__ = ["PRECISIONS", "Recipe", "check_names"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # "auto": fit resolves it for its device
 
@@ -60,17 +63,21 @@ class Recipe:
         precision: ``"auto"`` (bf16 on recent GPUs, fp16 on older ones, fp32 on the CPU),
             ``"fp32"``, ``"bf16"`` or ``"fp16"``; ``fit`` resolves ``"auto"`` once, for its device.
 
-    :meth:`to_dict` writes the fields the recipe was given, in this order: the layout of the
-    recorded results files, which name a recipe's chosen values (some of them equal to the
-    defaults); :meth:`from_dict` reads it back.
+    A recipe is plain data: two recipes of equal fields are equal and write the same
+    :meth:`to_dict`, however they were made (``Recipe.replace`` and ``dataclasses.replace``
+    alike). A recorded layout that names only some fields names its keys beside its recipe
+    (``to_dict(keys=...)``, as :data:`vitbook.studies.experiments.RECORDED_FIELDS`);
+    :meth:`from_dict` reads either back.
 
     Raises:
         TypeError, ValueError: a field of the wrong type or out of range, named with the fix.
 
     Example:
         >>> recipe = Recipe(epochs=100, lr=5e-3, warmup_epochs=5, label_smoothing=0.1)
-        >>> recipe.to_dict()
+        >>> recipe.to_dict(keys=("epochs", "lr", "warmup_epochs", "label_smoothing"))
         {'epochs': 100, 'lr': 0.005, 'warmup_epochs': 5, 'label_smoothing': 0.1}
+        >>> len(recipe.to_dict()) == len(Recipe.names())
+        True
         >>> recipe.replace(seed=3).seed, recipe.weight_decay
         (3, 0.05)
         >>> Recipe.from_dict(recipe.to_dict()) == recipe
@@ -94,13 +101,6 @@ class Recipe:
     repeated_augmentation: int = 1
     precision: str = "auto"
 
-    def __new__(cls, **fields: object) -> Recipe:
-        # The fields named when the recipe was made, for to_dict (not a field: recipes of the
-        # same values are equal however they were written).
-        recipe = super().__new__(cls)
-        object.__setattr__(recipe, "_named", frozenset(fields))
-        return recipe
-
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
             value = getattr(self, name)
@@ -115,7 +115,10 @@ class Recipe:
             _checks.integer("warmup_epochs", self.warmup_epochs, fix="use 0 for no warm-up")
         if self.warmup_steps is not None:
             _checks.integer("warmup_steps", self.warmup_steps, fix="the ViT authors use 500")
-        _checks.integer("seed", self.seed, minimum=-(2**63))
+        _checks.integer("seed", self.seed, minimum=-(2**64))  # an int; its range is torch's:
+        if not -(2**63) <= self.seed < 2**64:  # torch.manual_seed takes a 64-bit (un)signed int
+            raise ValueError(f"seed={self.seed} is outside torch's seeds, -2**63 <= seed < 2**64; "
+                             "use e.g. seed=0.")  # fmt: skip
         lr = _checks.real("lr", self.lr, fix="1e-3 is a good start for AdamW")
         if not lr > 0:
             raise ValueError(f"lr={lr!r} must be positive; 1e-3 is a good start for AdamW.")
@@ -143,20 +146,20 @@ class Recipe:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     def replace(self, **changes: object) -> Recipe:
-        """A copy with ``changes``; :meth:`to_dict` then names the changed fields too."""
-        unknown = sorted(set(changes) - set(self.names()))
-        if unknown:
-            raise TypeError(
-                f"Recipe has no field {', '.join(map(repr, unknown))}; its fields are "
-                f"{', '.join(self.names())}."
-            )
-        named = {name: getattr(self, name) for name in self.names() if name in self._named}
-        return Recipe(**{**named, **changes})
+        """A copy with ``changes`` (as ``dataclasses.replace``); an unknown name is refused."""
+        check_names(changes, unknown="Recipe has no field")
+        return dataclasses.replace(self, **changes)
 
-    def to_dict(self, *, every: bool = False) -> dict[str, object]:
-        """The named fields (``every=True``: all of them), in field order, as plain values."""
-        return {name: getattr(self, name) for name in self.names()
-                if every or name in self._named}  # fmt: skip
+    def to_dict(self, *, keys: Iterable[str] | None = None) -> dict[str, object]:
+        """Every field in field order, or only ``keys``, in their order (a recorded layout)."""
+        names = self.names() if keys is None else tuple(keys)
+        unknown = sorted(set(names) - set(self.names()))
+        if unknown:
+            raise ValueError(
+                f"keys={names!r} names {', '.join(map(repr, unknown))}, which is not a field of "
+                f"Recipe ({', '.join(self.names())})."
+            )
+        return {name: getattr(self, name) for name in names}
 
     @classmethod
     def from_dict(cls, fields: dict[str, object]) -> Recipe:
@@ -171,3 +174,37 @@ class Recipe:
                 "augmentation's name, the model) beside it, not in it."
             )
         return cls(**fields)
+
+
+def check_names(fields: Iterable[str], *, unknown: str, missing: str | None = None) -> None:
+    """Refuse a name that is not a field (``unknown`` begins the message), with the closest
+    fields and the list of them; with ``missing``, refuse fields without ``epochs`` too."""
+    names = Recipe.names()
+    listed = f"the recipe's fields are {', '.join(names)}"
+    for name in fields:
+        if name not in names:
+            close = difflib.get_close_matches(str(name), names, n=2)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise TypeError(f"{unknown} {name!r}{hint} ({listed}).")
+    if missing is not None and "epochs" not in fields:
+        raise TypeError(f"{missing} missing 1 required keyword-only argument: 'epochs' (or pass "
+                        f"a Recipe); {listed}, all but epochs with a default.")  # fmt: skip
+
+
+def _naming_the_fields(init: object) -> object:
+    """The dataclass's ``__init__``, refusing a wrong or missing name in the recipe's words."""
+
+    @functools.wraps(init)
+    def __init__(self: Recipe, *args: object, **fields: object) -> None:
+        if args:
+            raise TypeError(f"Recipe takes its fields as keywords only (Recipe(epochs=10, "
+                            f"lr=1e-3)), got {len(args)} positional; its fields are "
+                            f"{', '.join(Recipe.names())}.")  # fmt: skip
+        check_names(fields, unknown="Recipe() got an unexpected keyword argument",
+                    missing="Recipe()")  # fmt: skip
+        init(self, **fields)
+
+    return __init__
+
+
+Recipe.__init__ = _naming_the_fields(Recipe.__init__)

@@ -22,43 +22,26 @@ bit for bit: ``tests/test_resume.py``). The state (:func:`capture`) holds
 half of one), its ``torch.save`` bytes after a header line that holds their sha256, and
 :func:`load_state` reads it back without unpickling code (``torch.load(weights_only=True)``)
 once the checksum holds, with errors that name the file and say what to do: a changed byte (a
-disk, a copy) is found, not trained on. A :class:`Checkpointer` is an
-``after_epoch`` that saves every few minutes and stops a run in time: when SIGTERM or SIGINT ask
-(:class:`StopRequest`) or when the next epoch would not end before a deadline, with
-:func:`hard_deadline` as a safety net. ``vitbook.studies.session`` builds the recording of the photo
-ladder on these (a state folder, budgets of minutes).
+disk, a copy) is found, not trained on. What stops a run in time and saves it as it goes
+(``Checkpointer``, ``StopRequest``, ``hard_deadline``) is the recording's session control, in
+:mod:`vitbook.studies.session`.
 
 See chapter: Real photos.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import io
 import os
-import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from vitbook import _checks, _files
+from vitbook import _files
 
-__all__ = [
-    "FORMAT",
-    "Checkpointer",
-    "OutOfTime",
-    "StopRequest",
-    "TrainingStateError",
-    "capture",
-    "hard_deadline",
-    "load_state",
-    "restore",
-    "save_state",
-]
+__all__ = ["FORMAT", "TrainingStateError", "capture", "load_state", "restore", "save_state"]
 
 FORMAT = 1  # the layout of a saved state; a file of another layout is refused
 HEADER = b"vitbook training state, sha256 "  # a state file's first line, then its checksum
@@ -144,8 +127,9 @@ def restore(
         TypeError: ``state`` is not a dict of :func:`capture`.
         TrainingStateError: a state of another layout, or one made with other arguments (named,
             with both values: the data's checksum and the augmentation's settings among them),
-            whose epochs done are not an int within ``0 .. epochs``, or of another model (the
-            weights do not fit).
+            whose epochs done are not an int within ``0 .. epochs`` or not the length of its
+            history, or of another model (the weights do not fit). The state is not changed:
+            it can be resumed again.
 
     See chapter: Real photos.
     """
@@ -175,6 +159,18 @@ def restore(
             f"the training state says {epoch!r} epochs are done, but this fit trains {epochs}; "
             "the state is damaged or was edited: start the run again without resume."
         )
+    history = state.get("history")
+    counts = {"train_loss": epoch, "train_accuracy": epoch, "seconds": epoch,
+              "eval_accuracy": 0 if arguments.get("eval_images") is None else epoch}  # fmt: skip
+    for key, count in counts.items():
+        held = history.get(key) if isinstance(history, dict) else None
+        if not isinstance(held, list) or len(held) != count:
+            what = f"holds {len(held)} {key}" if isinstance(held, list) else f"has no {key} list"
+            raise TrainingStateError(
+                f"the training state says {epoch} epochs are done but its history {what} "
+                f"(it should hold {count}); the state is damaged or was edited: start the run "
+                "again without resume."
+            )
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as error:
@@ -182,15 +178,17 @@ def restore(
             f"the training state holds the weights of another model ({str(error)[:300]}); "
             "resume the model it was saved from."
         ) from error
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+    # Copies: the optimizer updates its moments in place, fit appends to the history, and the
+    # state may be resumed again.
+    optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+    scheduler.load_state_dict(copy.deepcopy(state["scheduler"]))
     scaler.load_state_dict(state["scaler"])
     for name, generator in generators.items():
         generator.set_state(state["generators"][name])
     torch.set_rng_state(state["torch_rng"])
     if device.type == "cuda" and "cuda_rng" in state:
         torch.cuda.set_rng_state(state["cuda_rng"], device)
-    return state
+    return {**state, "history": copy.deepcopy(history)}
 
 
 def save_state(path: str | os.PathLike, state: dict[str, object]) -> None:
@@ -249,167 +247,3 @@ def load_state(path: str | os.PathLike) -> dict[str, object]:
             f"save_state's), so a damaged byte could not be found; {remedy}."
         )
     return state
-
-
-class OutOfTime(BaseException):
-    """Raised in the main thread when a run's hard deadline passes (see :func:`hard_deadline`).
-
-    A ``BaseException``, like ``KeyboardInterrupt``, so that no ``except Exception`` on the way
-    swallows it. The epoch in progress is lost; the last saved state stands.
-
-    See chapter: Real photos.
-    """
-
-
-class StopRequest:
-    """SIGTERM or SIGINT asks a run to stop at its epoch's end (its state is saved then); a
-    second SIGINT (Ctrl-C twice) stops at once, losing the epoch in progress.
-
-    Use it as a context manager around training, in the main thread; it puts the previous
-    handlers back on exit. ``requested`` says whether a stop was asked for, ``reason`` by what.
-
-    See chapter: Real photos.
-    """
-
-    def __init__(self) -> None:
-        self.requested, self.reason = False, ""
-        self._previous: dict[int, object] = {}
-
-    def ask(self, reason: str) -> None:
-        """Ask for a stop at the epoch's end, as a signal does."""
-        self.requested, self.reason = True, reason
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt("a second Ctrl-C: stopped at once")
-        self.ask(signal.Signals(signum).name)
-
-    def __enter__(self) -> StopRequest:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
-@contextlib.contextmanager
-def hard_deadline(deadline: float | None, clock: Callable[[], float] = time.monotonic):
-    """Raise :class:`OutOfTime` in the main thread when ``clock()`` reaches ``deadline``.
-
-    A safety net under :class:`Checkpointer`, which stops before the deadline when its estimate
-    of the next epoch holds; this one stops a run whose epoch took longer than estimated.
-    ``None``: no deadline.
-
-    See chapter: Real photos.
-    """
-    if deadline is None:
-        yield
-        return
-
-    def expire(signum: int, frame: object) -> None:
-        raise OutOfTime(f"the deadline passed {clock() - deadline:.1f} s ago")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, max(deadline - clock(), 1e-3))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-class Checkpointer:
-    """``fit``'s ``after_epoch`` for a run that must stop in time: it saves the training state
-    every ``save_every_s`` seconds, at the last epoch, and whenever it stops the run, which it
-    does when a stop is requested or when the next epoch (and its save) would not end before
-    ``deadline``.
-
-    Args:
-        path: the state file (written with :func:`save_state`).
-        extra: added to the saved state (the run's identity, say).
-        deadline: a ``clock()`` time to stop by; ``None`` for none.
-        save_every_s: seconds between two saves while the run goes on.
-        stop: a :class:`StopRequest` (signals), or ``None``.
-        epochs: the run's epochs (the last one is always saved).
-        on_epoch: ``on_epoch(self)``, called after every epoch (progress files).
-        typical: an epoch's seconds measured before (an earlier session), the estimate until
-            this process has timed an epoch past its first (which includes compiling).
-        clock: the clock of ``deadline``.
-
-    Raises:
-        ValueError / TypeError: ``save_every_s`` that is not a number > 0 (NaN included; inf
-            saves only at the last epoch and at a stop), a ``deadline`` or ``typical`` that is
-            not a finite number (``typical`` >= 0), ``epochs`` that are not an int >= 1.
-
-    Attributes:
-        epoch_seconds: this process's epochs, each from the end of the one before (the first
-            from the checkpointer's making: it includes set-up and compiling).
-        stopped: why it stopped the run (``""`` while it goes on).
-
-    See chapter: Real photos.
-    """
-
-    SAFETY = 1.25  # the next epoch is estimated as this times the slowest of the last three
-
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        *,
-        extra: dict[str, object] | None = None,
-        deadline: float | None = None,
-        save_every_s: float = 60.0,
-        stop: StopRequest | None = None,
-        epochs: int | None = None,
-        on_epoch: Callable[[Checkpointer], None] | None = None,
-        typical: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if isinstance(save_every_s, bool) or not isinstance(save_every_s, int | float):
-            raise TypeError(f"save_every_s must be a number, got {save_every_s!r} of type "
-                            f"{type(save_every_s).__name__}; e.g. 60.0.")  # fmt: skip
-        if not save_every_s > 0:  # NaN too
-            raise ValueError(f"save_every_s={save_every_s!r} must be a number of seconds > 0; "
-                             "e.g. 60.0 (inf: save only at the last epoch and at a stop).")
-        if deadline is not None:
-            _checks.real("deadline", deadline, fix="pass a clock() time, or None for none")
-        if typical is not None:
-            _checks.real("typical", typical, low=0, fix="pass an epoch's seconds, or None")
-        if epochs is not None:
-            _checks.integer("epochs", epochs, minimum=1, fix="pass the run's epochs, or None")
-        self.path, self.extra, self.deadline = Path(path), dict(extra or {}), deadline
-        self.save_every_s, self.stop, self.epochs = save_every_s, stop, epochs
-        self.on_epoch, self.typical, self.clock = on_epoch, typical, clock
-        self.last = self.saved_at = clock()
-        self.epoch_seconds: list[float] = []
-        self.save_seconds, self.epochs_done, self.stopped = 0.0, 0, ""
-
-    def next_epoch_seconds(self) -> float:
-        """The next epoch's expected length, saving included: the slowest of the last three
-        epochs (leaving out the first, with its set-up, once there are others, or while
-        ``typical`` stands in for them) times :attr:`SAFETY`, plus the last save's time."""
-        fallback = [self.typical] if self.typical is not None else self.epoch_seconds
-        timed = self.epoch_seconds[1:] or fallback
-        return self.SAFETY * max(timed[-3:], default=0.0) + self.save_seconds
-
-    def __call__(self, done: int, state: Callable[[], dict]) -> bool:
-        now = self.clock()
-        self.epoch_seconds.append(now - self.last)
-        self.epochs_done = done
-        last = self.epochs is not None and done >= self.epochs
-        if self.stop is not None and self.stop.requested:
-            self.stopped = f"asked to stop ({self.stop.reason})"
-        elif not last and self.deadline is not None:
-            if now + self.next_epoch_seconds() > self.deadline:
-                self.stopped = "the next epoch would not end before the deadline"
-        near = self.deadline is not None and self.deadline - now < 3 * self.next_epoch_seconds()
-        if self.stopped or last or near or now - self.saved_at >= self.save_every_s:
-            start = self.clock()
-            save_state(self.path, {**state(), **self.extra})
-            self.saved_at = self.clock()
-            self.save_seconds = self.saved_at - start
-        if self.on_epoch is not None:
-            self.on_epoch(self)
-        self.last = self.clock()
-        return bool(self.stopped)

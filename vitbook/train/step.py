@@ -38,9 +38,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitbook import _checks
+from vitbook.train._shared import autocast, logits_of
 from vitbook.train.recipe import Recipe
 
-__all__ = ["DivergenceError", "TrainStep", "autocast"]
+__all__ = ["DivergenceError", "TrainStep"]
 
 Criterion = Callable[[object, torch.Tensor, torch.Tensor], torch.Tensor]
 FP16_SKIPS_IN_A_ROW = 10  # fp16 steps in a row with a non-finite loss before fit gives up
@@ -54,19 +55,6 @@ class DivergenceError(ValueError):
 
     See chapter: Real photos.
     """
-
-
-def autocast(device: torch.device, precision: str) -> torch.autocast:
-    """``torch.autocast`` for ``"bf16"`` or ``"fp16"``; a disabled one for ``"fp32"``."""
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    return torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32")
-
-
-def logits_of(outputs: object) -> torch.Tensor:
-    """The logits a prediction is read from: the mean of a tuple of heads' logits."""
-    if isinstance(outputs, tuple):
-        return torch.stack(outputs).mean(dim=0)
-    return outputs
 
 
 def check_outputs(
@@ -143,8 +131,6 @@ class TrainStep:
                 f"{recipe.precision!r}; use vitbook.train.resolve_precision(precision, device)."
             )
         self.recipe, self.device, self.criterion = recipe, device, criterion
-        self.precision, self.label_smoothing = recipe.precision, recipe.label_smoothing
-        self.accumulate, self.clip, self.lr = recipe.accumulate, recipe.clip_grad_norm, recipe.lr
         self.rank, self.world = rank, world
         self.sync_every, self.where = sync_every, where
         self.fp16 = scaler.is_enabled()
@@ -194,16 +180,16 @@ class TrainStep:
 
     def forward(self, x: torch.Tensor) -> object:
         """The model's outputs under autocast: logits (b, n_cls), or a tuple of them."""
-        with autocast(self.device, self.precision):
+        with autocast(self.device, self.recipe.precision):
             return self.net(x)
 
     def loss(self, outputs: object, targets: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The loss in fp32: cross-entropy, or the criterion in the forward pass's autocast."""
         if self.criterion is not None:  # a teacher's forward runs in the same precision
-            with autocast(self.device, self.precision):
+            with autocast(self.device, self.recipe.precision):
                 return self.criterion(outputs, targets, x).float()
-        logits = outputs if self.precision == "fp32" else outputs.float()
-        return F.cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
+        logits = outputs if self.recipe.precision == "fp32" else outputs.float()
+        return F.cross_entropy(logits, targets, label_smoothing=self.recipe.label_smoothing)
 
     def forward_loss(self, x: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, object]:
         """``(loss, outputs)``: what ``compile=True`` compiles into one graph."""
@@ -250,7 +236,7 @@ class TrainStep:
         loss_finite = torch.ones((), dtype=torch.bool, device=self.device)
         step_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         step_correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        parts = min(self.accumulate, len(y))
+        parts = min(self.recipe.accumulate, len(y))
         pieces = list(zip(*(t.tensor_split(parts) for t in (x, y, targets)), strict=True))
         for k, (xk, yk, tk) in enumerate(pieces):
             count = 0 if stand_in else len(yk)
@@ -295,8 +281,8 @@ class TrainStep:
                 first.copy_(torch.where(loss_finite, first, float("nan")))
             self.scaler.unscale_(self.optimizer)  # a no-op unless fp16: the gradients' size
             norm = torch.nn.utils.get_total_norm(grads)  # not finite if a gradient is not
-            if self.clip is not None:
-                torch.nn.utils.clip_grads_with_norm_(self.params, self.clip, norm)
+            if self.recipe.clip_grad_norm is not None:
+                torch.nn.utils.clip_grads_with_norm_(self.params, self.recipe.clip_grad_norm, norm)
             grads_finite = norm.isfinite()
             if not self.fp16:  # with fp16, the scaler skips overflowing steps itself
                 ok = ok & grads_finite
@@ -374,7 +360,8 @@ class TrainStep:
             "training stopped before this step, so the model keeps the weights (and buffers) it "
             "had after the step before"
         )
-        advice = f"Lower lr (now {self.lr:g}), check the data and the model, or use fewer epochs."
+        advice = (f"Lower lr (now {self.recipe.lr:g}), check the data and the model, or use "
+                  "fewer epochs.")  # fmt: skip
         if failure["skipped"] >= FP16_SKIPS_IN_A_ROW:
             return (
                 f"the fp16 training loss was not finite in {int(failure['skipped'])} steps in a "
