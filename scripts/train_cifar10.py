@@ -96,6 +96,7 @@ from vitbook.data.cifar import (
 )
 from vitbook.studies import cpu_photos, records
 from vitbook.studies import provenance as provenance_of
+from vitbook.studies.budgets import Concurrency, budgets_left
 from vitbook.studies.ladder import (
     BASE,
     BEST_ROW,
@@ -111,12 +112,10 @@ from vitbook.studies.ladder import (
 )
 from vitbook.studies.session import (
     Checkpointer,
-    Concurrency,
     OutOfTime,
     StateFolder,
     StateMismatchError,
     StopRequest,
-    budgets_left,
     code_version,
     hard_deadline,
 )

@@ -15,14 +15,13 @@ from torch import nn
 
 from vitbook import _files
 from vitbook.studies import records
+from vitbook.studies.budgets import Concurrency, budgets_left
 from vitbook.studies.session import (
     Checkpointer,
-    Concurrency,
     OutOfTime,
     StateFolder,
     StateMismatchError,
     StopRequest,
-    budgets_left,
     code_version,
     hard_deadline,
 )
