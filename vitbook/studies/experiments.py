@@ -1,46 +1,21 @@
 """Measured experiments on the digits: positions, patch size, data hunger and augmentation.
 
-``scripts/run_experiments.py`` trains many small models, each with several seeds, and writes
-``vitbook/assets/experiments.json``; this module holds what the script and the chapters share: the
-recipe, the settings of each experiment, one training run (:func:`run_one`), and the loader
-(:func:`load_results`) and spread (:func:`summary`) of the stored results.
+``scripts/run_experiments.py`` writes ``vitbook/assets/experiments.json`` from :func:`run_one`
+over ``EXPERIMENTS`` and seeds; the chapters read it with :func:`load_results` and
+:func:`summary`. The experiments:
 
-The four experiments (``EXPERIMENTS``):
+- ``"positions"``: none / learned 1D / 2D sine-cosine / relative positions times a class-token or
+  mean-pooled readout (a miniature of the ViT paper's Table 8).
+- ``"patch_size"``: P = 1, 2, 4 on the 8 x 8 digits (64, 16, 4 tokens).
+- ``"data_size"``: the ViT against a CNN of similar size on 10 % .. 100 % of the training part.
+- ``"augmentation"``: ``RECIPE`` with and without its one-pixel shifts, ViT and CNN.
 
-- ``"positions"``: a miniature of the ViT paper's Table 8 and Appendix D.3, no / learned 1D /
-  2D sine-cosine / relative-bias positions, times a class-token readout or mean pooling.
-- ``"patch_size"``: P = 1, 2, 4 on the 8 x 8 digits (64, 16 and 4 tokens).
-- ``"data_size"``: the ViT against a CNN of about the same size, trained on 10 % .. 100 % of the
-  training part.
-- ``"augmentation"``: the same recipe with and without its one-pixel shifts, for the ViT and the
-  CNN, to separate what the shifts do from everything else.
-
-Every run uses the same recipe (``RECIPE``): 100 epochs of AdamW (peak learning rate 5e-3,
-weight decay 0.05) in batches of 64, 5 epochs of linear warm-up then a cosine decay, label
-smoothing 0.1, and every training image moved at random by up to one pixel in each direction
-(``random_shift(1)``) in every epoch, except where the augmentation experiment turns the shifts
-off. The shifts matter for what the results say: they show the models moved digits, which a CNN
-handles by construction and a ViT has to learn, and they blur where a digit sits, which is what
-position embeddings encode. The model is the base ViT ``BASE_VIT`` (D = 32, 2 blocks, 4 heads,
-P = 2, 2D sine-cosine positions, mean pooling) with the experiment's changes, or the CNN.
-
-The data are :func:`vitbook.data.load_digits_split` with ``validation=True``: every run trains
-on the 1,077 training images (or a part of them) and records its accuracy on the 270 validation
-images, which is what the chapters compare and rank settings by, on the validation images moved
-one pixel to the right (zeros entering on the left), and on the 450 test images, which no choice
-reads: a chapter quotes a test accuracy only for the setting it chose on validation, as the
-held-out number. Each run trains on one CPU thread with deterministic algorithms, so a run
-repeated on the same machine and software gives the same numbers.
-
-What they can and cannot show: every run has the same 100 epochs, so a smaller training set also
-means fewer steps (the 10 % runs take 200 steps, the whole training part 1,700), as it would for
-anyone with less data and the same schedule; the recipe was chosen once, for the base ViT, and not
-tuned per setting (a relative bias, for instance, might want a longer schedule); the CNN is
-matched in parameters, not in compute; 270 validation images resolve differences of about one
-percentage point at best; and 1,077 digits of 8 x 8 pixels are four orders of magnitude below the
-data sets where the ViT paper sees the ranking change. Seconds per run are wall-clock on a shared
-machine; ``step_seconds`` (patch-size experiment) is the fastest of 30 steps, which depends much
-less on the load.
+Every run trains ``BASE_VIT`` with the setting's changes (or the CNN) with ``RECIPE`` and
+``random_shift(1)`` on the training part of ``load_digits_split(validation=True)``, on one CPU
+thread with deterministic algorithms; it records the validation accuracy (what settings are
+ranked by), the validation images moved one pixel right, and the test accuracy (quoted only for
+the setting chosen on validation). What the results can and cannot show: the chapter
+*Training and classification*.
 
 See chapters: Training and classification; Positional encodings; Images as sequences of patches.
 """
@@ -101,8 +76,7 @@ BASE_VIT: dict[str, object] = {
 CNN_CHANNELS = (16, 32, 48)  # 19,162 parameters, against the base ViT's 17,642
 RECIPE = Recipe(epochs=100, lr=5e-3, weight_decay=0.05, batch_size=64, warmup_epochs=5,
                 label_smoothing=0.1)
-# The recipe's fields the results files record (experiments.json, distillation.json, the
-# transfer's pretrain_recipe and the shipped digits models): their layout, kept as written.
+# The recipe's fields the results files record: their layout, kept as written.
 RECORDED_FIELDS = ("epochs", "lr", "weight_decay", "batch_size", "warmup_epochs", "label_smoothing")
 AUGMENT = "random_shift(1)"  # the runs' augmentation, by name (AUGMENTS)
 # What the recipe's "augment" names: the one-pixel shifts, or nothing (augmentation experiment).
@@ -111,8 +85,7 @@ AUGMENTS = {"random_shift(1)": random_shift(1), "none": None}
 
 def recorded_recipe(recipe: Recipe | None = None) -> dict[str, object]:
     """A recipe (:data:`RECIPE` by default) as the results files record it: its
-    :data:`RECORDED_FIELDS` and the augmentation's name (``experiments.json`` and
-    ``distillation.json`` hold this layout).
+    :data:`RECORDED_FIELDS` and the augmentation's name.
 
     Example:
         >>> recorded_recipe()["epochs"], recorded_recipe()["augment"]
@@ -164,9 +137,8 @@ _NOT_MODEL_FIELDS = ("model", "fraction", "augment")
 def training_subset(labels: torch.Tensor, fraction: float) -> torch.Tensor:
     """Indices of a fixed, stratified, nested part of a training set: (about fraction * B,).
 
-    Each class keeps ``round(fraction * its count)`` images (at least one), the first ones of a
-    permutation drawn once with seed 0, so the 10 % set lies inside the 25 % set and so on, and
-    every seed of an experiment trains on the same images.
+    Each class keeps its first ``round(fraction * count)`` images (at least one) of a fixed
+    seed-0 permutation, so smaller parts lie inside larger ones and every seed sees the same.
 
     Example:
         >>> labels = torch.arange(10).repeat(10)  # (100,) ten images per class
@@ -211,18 +183,13 @@ def _moved_right(images: torch.Tensor) -> torch.Tensor:
 def run_one(setting: dict[str, object], seed: int) -> dict[str, object]:
     """Train the setting's model with ``RECIPE`` and ``seed`` on one CPU thread; measure it.
 
-    It trains on the training part of ``load_digits_split(validation=True)`` (or the setting's
-    ``fraction`` of it, :func:`training_subset`) and measures the accuracy on the validation
-    part, on the validation part moved one pixel to the right, and on the test part. The seed
-    sets the initial weights (``torch.manual_seed`` before the model is built) and the order and
-    augmentation of the training images (``fit(seed=...)``). Threads and the
-    deterministic-algorithms flag are restored afterwards.
+    Trains on the training part (or its ``fraction``, :func:`training_subset`); the seed sets the
+    initial weights and the order and augmentation.
 
     Returns:
         ``{"seed", "validation_accuracy", "moved_validation_accuracy", "test_accuracy",
         "train_loss", "seconds", "seconds_per_epoch", "parameters", "tokens",
-        "train_images"}``; ``train_loss`` is the last epoch's mean (label-smoothed) loss,
-        ``tokens`` the sequence length N (0 for the CNN).
+        "train_images"}``; ``train_loss`` is the last epoch's mean loss, ``tokens`` N (0: CNN).
 
     Example:
         >>> run = run_one(EXPERIMENTS["data_size"]["settings"]["CNN 10%"], seed=0)  # a second
@@ -264,9 +231,7 @@ def run_one(setting: dict[str, object], seed: int) -> dict[str, object]:
 def time_training_step(setting: dict[str, object], *, repeats: int = 30) -> float:
     """Seconds of one training step (forward, backward, AdamW) on 64 digits, one CPU thread.
 
-    The minimum over ``repeats`` steps, after 3 untimed ones: other processes on a shared
-    machine only ever add time, so the minimum is the measure least disturbed by them. An
-    epoch over the whole training part is 17 such steps (plus the augmentation).
+    The minimum over ``repeats`` steps after 3 untimed ones (the least disturbed by load).
 
     Example:
         >>> time_training_step({"patch_size": 4}, repeats=2) > 0
@@ -319,9 +284,8 @@ def summary(
 ) -> dict[str, dict[str, float]]:
     """Spread over seeds of one metric, per setting: ``{label: {n, mean, std, min, max}}``.
 
-    ``std`` is the sample standard deviation (divisor n - 1). The default metric is the
-    validation accuracy, the one to compare settings by; ``metric="test_accuracy"`` gives the
-    held-out number, to quote for a setting once it is chosen.
+    ``std`` divides by n - 1. Compare settings by the default; ``metric="test_accuracy"`` gives
+    the held-out number of a chosen setting.
 
     Example:
         >>> table = summary(load_results(), "positions")
@@ -346,8 +310,7 @@ def reproduce(
 ) -> tuple[dict[str, object], dict[str, object]]:
     """Re-run one stored run: ``(stored, rerun)``, to compare their numbers.
 
-    On the machine and software versions that wrote the file (its ``provenance``), the re-run's
-    accuracies and ``train_loss`` are equal to the stored ones; ``seconds`` never are.
+    On the file's ``provenance`` machine and software, all but ``seconds`` are equal.
 
     Raises:
         ValueError: the file has no run for that experiment, setting and seed.

@@ -1,37 +1,24 @@
 """A recording that spans many short GPU sessions: its state folder, the runs left, the budget.
 
-``scripts/train_cifar10.py --state DIR --minutes M`` records a plan of runs (``(row, seed)``) in
-sessions of ``M`` minutes each; a machine may start bare every time, as long as ``DIR`` and the
-data file travel from one session to the next. This module keeps ``DIR``:
+``scripts/train_cifar10.py --state DIR --minutes M`` records runs ``(row, seed)`` in sessions of
+``M`` minutes, on machines that may start bare, as long as ``DIR`` and the data file travel:
 
 .. code-block:: text
 
-    DIR/plan.json         what every run of the folder shares: the data's checksum, the code
-                          version, torch, the precision, compiling, the model size and overrides
-    DIR/results.json      the finished runs and one provenance entry per session (the GPU,
-                          torch, CUDA, commit, budget and minutes used); only ever appended to
-    DIR/runs/ROW-seedS.pt    an unfinished run's training state (vitbook.train.resume: checksummed),
-                             its identity
-    DIR/runs/ROW-seedS.json  its progress: epochs done, seconds per epoch, the sessions so far
+    DIR/plan.json                   what every run shares (data checksum, code version, torch,
+                                    precision, compiling, model size, overrides)
+    DIR/results.json                finished runs, one provenance entry per session; append-only
+    DIR/runs/ROW-seedS.pt           an unfinished run's state (vitbook.train.resume), its identity
+    DIR/runs/ROW-seedS.json         its progress: epochs done, seconds per epoch, sessions
     DIR/runs/ROW-seedS.done.json    a finished run's record, until results.json holds it
-    DIR/runs/ROW-seedS.failed.json  a run that stopped with an error (not retried until removed;
-                                    each session's report names it)
-    DIR/weights/ROW-seedS.safetensors  the trained weights of every seed 0 and every teacher
-    DIR/cache/            torch.compile's caches (inductor, triton): no recompiling next time
-    DIR/.session.lock     held by the session recording now (StateFolder.session_lock): a
-                          second session on the folder is refused; .results.json.lock is
-                          held while a session or a run writes results.json
+    DIR/runs/ROW-seedS.failed.json  a run that failed (not retried until removed)
+    DIR/weights/ROW-seedS.safetensors  the weights of every seed 0 and every teacher
+    DIR/cache/                      torch.compile's caches
+    DIR/.session.lock               held by the recording session (StateFolder.session_lock)
 
-A folder belongs to one identity (:meth:`StateFolder.claim`): a session with other data, another
-code version, torch, precision or model size is refused, and so is a run state of another recipe
-or seed; a folder with results or runs but no ``plan.json``, or with anything besides the layout
-above (a results file of ``--out``), is refused rather than claimed as new; the runs in
-``results.json`` and every ``.done.json`` are checked against the plan (the row, an int seed, the
-epochs and the recipe) before anything is joined; nothing is mixed silently.
-A run in the folder stops in time: :class:`StopRequest` turns SIGTERM and SIGINT into a stop at
-the epoch's end, :func:`hard_deadline` is the net under an epoch longer than its estimate, and
-:class:`Checkpointer` saves the run's state as it goes. How many runs share the GPU and how
-many budgets are left: :mod:`vitbook.studies.budgets`.
+A folder belongs to one identity (:meth:`StateFolder.claim`); anything that does not fit it is
+refused, never mixed. :class:`StopRequest`, :func:`hard_deadline` and :class:`Checkpointer` stop
+a run in time with its state saved; runs sharing the GPU: :mod:`vitbook.studies.budgets`.
 
 See chapter: Real photos.
 """
@@ -67,8 +54,7 @@ class StateMismatchError(ValueError):
 
 
 def code_version(*extra: str | os.PathLike) -> str:
-    """A checksum of vitbook's Python sources (and of ``extra`` files, a script say): a run
-    resumed with other code would not be the run it started as.
+    """A 16-hex checksum of vitbook's Python sources and of the ``extra`` files (a script).
 
     Example:
         >>> len(code_version()), code_version() == code_version()
@@ -95,9 +81,7 @@ def key_name(row: str, seed: int) -> str:
 
 
 class StateFolder:
-    """The state folder of a recording (the layout is in the module's docstring).
-
-    Every write is atomic (:mod:`vitbook.studies.records`); ``results.json`` is only appended to.
+    """The state folder of a recording (layout: the module's docstring); writes are atomic.
 
     See chapter: Real photos.
     """
@@ -132,16 +116,13 @@ class StateFolder:
 
         Args:
             identity: what every run of the folder shares (its ``plan.json``).
-            planned: row -> ``(epochs, recipe)`` of every row the identity records: the runs
-                of ``results.json`` (now) and of every ``.done.json`` (when joined) must match
-                it. ``None``: their rows and seeds are checked, not their epochs and recipes.
+            planned: row -> ``(epochs, recipe)``, which the runs of ``results.json`` and every
+                ``.done.json`` must match; ``None``: only rows and seeds are checked.
 
         Raises:
-            StateMismatchError: the folder belongs to another identity (named field by field),
-                holds results or runs but no ``plan.json``, holds what a state folder does
-                not, or holds runs of other epochs or recipes.
-            vitbook._files.ResultsFileError: a ``results.json`` that is not a results file, or
-                that holds a NaN (it could not be written back).
+            StateMismatchError: another identity (named field by field), results or runs but no
+                ``plan.json``, files a state folder does not hold, runs of other epochs or recipes.
+            vitbook._files.ResultsFileError: a ``results.json`` that is not one, or holds a NaN.
         """
         self.planned = None if planned is None else dict(planned)
         if self.root.is_dir():
@@ -224,8 +205,7 @@ class StateFolder:
         return {(run["row"], run["seed"]) for run in self.results()["runs"]}
 
     def _write_results(self, results: dict, before: dict) -> None:
-        """Write ``results`` after checking that every earlier run and session is in it as it
-        was: nothing recorded is replaced."""
+        """Write ``results``, refusing if it drops or changes an earlier run or session."""
         kept = results["runs"][: len(before["runs"])] == before["runs"]
         sessions = results["provenance"][: len(before["provenance"])]
         if not kept or [s.get("session") for s in sessions] != [
@@ -234,20 +214,14 @@ class StateFolder:
         _files.write_json(self.results_path, results)
 
     def session_lock(self, *, wait: bool | float = False) -> contextlib.AbstractContextManager:
-        """Hold the folder for one session while the ``with`` block runs: two sessions on one
-        folder would train the same runs. The first holds it (an OS lock on ``.session.lock``,
-        which the system releases when its process ends, even killed); a second is refused.
-
-        ``scripts/train_cifar10.py`` holds it from before :meth:`claim` to after
-        :meth:`end_session`; the run processes it starts do not take it.
+        """Hold the folder for one session during the ``with`` block (an OS lock on
+        ``.session.lock``, released when the process ends, even killed).
 
         Args:
-            wait: ``False`` refuses at once; ``True`` waits for the other session to end; a
-                number waits that many seconds.
+            wait: ``False`` refuses at once, ``True`` waits, a number waits that many seconds.
 
         Raises:
-            vitbook._files.FileHeldError: another session holds the folder; names its process
-                (pid, host, command, since when) and what to do.
+            vitbook._files.FileHeldError: another session holds it; names its process.
 
         Example:
             >>> import tempfile
@@ -308,14 +282,12 @@ class StateFolder:
             self._write_results({**before, "provenance": provenance}, before)
 
     def join_finished(self) -> list[dict]:
-        """Move every finished run's record (``.done.json``) into ``results.json``, in the
-        order they finished; return the runs joined now. Two processes joining at once join
-        each run once: the folder's results are held (:func:`vitbook._files.hold`) meanwhile.
+        """Move the ``.done.json`` records into ``results.json`` in the order they finished,
+        under the results' lock; return the runs joined now.
 
         Raises:
-            StateMismatchError: a record whose row or seed is not its file's, that does not
-                fit the plan :meth:`claim` was given (row, an int seed, epochs, recipe), or
-                that holds a NaN; it is named and kept, and nothing is joined.
+            StateMismatchError: a record not its file's run, not fitting the plan given to
+                :meth:`claim`, or holding a NaN; it is named and kept, nothing is joined.
         """
         with _files.hold(self.results_path, wait=True):
             return self._join_finished()
@@ -360,30 +332,25 @@ class StateFolder:
 
 
 def _temporary(name: str) -> bool:
-    """A file :mod:`vitbook.studies.records` leaves only when killed mid-write
-    (``.results.json.*.tmp``), or a lock file of the folder's own (``.session.lock``)."""
+    """A write killed midway (``*.tmp``, ``*.probe``) or one of the folder's own lock files."""
     locks = {f".{own}.lock" for own in (*LAYOUT, SESSION)}
     return name.startswith(".") and (name.endswith((".tmp", ".probe")) or name in locks)
 
 
-# --- Stopping a run in time (signals, a hard deadline) and saving it as it goes; fit's state
-# itself (capture, restore, save_state, load_state) is vitbook.train.resume's.
+# --- Stopping a run in time and saving it as it goes (fit's state: vitbook.train.resume).
 
 
 class OutOfTime(BaseException):
-    """Raised in the main thread when a run's :func:`hard_deadline` passes: a ``BaseException``,
-    like ``KeyboardInterrupt``, so that no ``except Exception`` on the way swallows it. The epoch
-    in progress is lost; the last saved state stands.
+    """Raised in the main thread when :func:`hard_deadline` passes; a ``BaseException`` so that
+    no ``except Exception`` swallows it. The last saved state stands.
 
     See chapter: Real photos.
     """
 
 
 class StopRequest:
-    """SIGTERM or SIGINT asks a run to stop at its epoch's end (its state is saved then); a
-    second SIGINT (Ctrl-C twice) stops at once, losing the epoch in progress. A context manager
-    around training, in the main thread, that puts the previous handlers back on exit.
-    ``requested`` says whether a stop was asked for, ``reason`` by what.
+    """A context manager (main thread) in which SIGTERM or SIGINT sets ``requested`` and
+    ``reason``, a stop at the epoch's end; a second SIGINT stops at once.
 
     See chapter: Real photos.
     """
@@ -413,8 +380,8 @@ class StopRequest:
 
 @contextlib.contextmanager
 def hard_deadline(deadline: float | None, clock: Callable[[], float] = time.monotonic):
-    """Raise :class:`OutOfTime` in the main thread when ``clock()`` reaches ``deadline`` (``None``:
-    never): the safety net under :class:`Checkpointer`, for an epoch longer than its estimate.
+    """Raise :class:`OutOfTime` in the main thread when ``clock()`` reaches ``deadline``
+    (``None``: never).
 
     See chapter: Real photos.
     """
@@ -435,30 +402,22 @@ def hard_deadline(deadline: float | None, clock: Callable[[], float] = time.mono
 
 
 class Checkpointer:
-    """``fit``'s ``after_epoch`` for a run that must stop in time: it saves the training state
-    every ``save_every_s`` seconds, at the last epoch, and whenever it stops the run, which it
-    does when a stop is requested or when the next epoch (and its save) would not end before
-    ``deadline``.
+    """``fit``'s ``after_epoch`` that saves the state (:func:`vitbook.train.resume.save_state`)
+    every ``save_every_s`` seconds (inf: never between), at the last epoch, and when it stops
+    the run: on a stop request, or when the next epoch would not end before ``deadline``.
 
     Args:
-        path: the state file (written with :func:`vitbook.train.resume.save_state`).
-        extra: added to the saved state (the run's identity, say).
-        deadline: a ``clock()`` time to stop by; ``None`` for none.
-        save_every_s: seconds between two saves while the run goes on.
-        stop: a :class:`StopRequest` (signals), or ``None``.
-        epochs: the run's epochs (the last one is always saved).
-        on_epoch: ``on_epoch(self)``, called after every epoch (progress files).
-        typical: an epoch's seconds measured before (an earlier session), the estimate until
-            this process has timed an epoch past its first (which includes compiling).
-        clock: the clock of ``deadline``.
+        extra: added to the saved state (the run's identity).
+        epochs: the run's epochs (the last is always saved).
+        on_epoch: ``on_epoch(self)`` after every epoch.
+        typical: an earlier session's epoch seconds, the estimate until an epoch past the first.
 
     Raises:
-        ValueError / TypeError: ``save_every_s`` not a number > 0 (inf: save only at the last
-            epoch and at a stop), ``deadline`` or ``typical`` not finite, ``epochs`` not >= 1.
+        ValueError / TypeError: ``save_every_s`` not > 0, ``deadline`` or ``typical`` not
+            finite, ``epochs`` not >= 1.
 
     Attributes:
-        epoch_seconds: this process's epochs, each from the end of the one before (the first
-            includes set-up and compiling); ``stopped``: why it stopped the run (or ``""``).
+        epoch_seconds: this process's epoch lengths; ``stopped``: why it stopped (or ``""``).
 
     See chapter: Real photos.
     """
@@ -498,9 +457,8 @@ class Checkpointer:
         self.save_seconds, self.epochs_done, self.stopped = 0.0, 0, ""
 
     def next_epoch_seconds(self) -> float:
-        """The next epoch's expected length, saving included: the slowest of the last three
-        epochs (leaving out the first, with its set-up, once there are others, or while
-        ``typical`` stands in for them) times :attr:`SAFETY`, plus the last save's time."""
+        """:attr:`SAFETY` times the slowest of the last three epochs (the first, with its
+        set-up, left out once ``typical`` or others stand in), plus the last save's time."""
         fallback = [self.typical] if self.typical is not None else self.epoch_seconds
         timed = self.epoch_seconds[1:] or fallback
         return self.SAFETY * max(timed[-3:], default=0.0) + self.save_seconds

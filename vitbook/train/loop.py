@@ -1,30 +1,20 @@
 """Train an image classifier: one small, seeded loop for any ``nn.Module``.
 
-``fit`` runs mini-batch AdamW (or SGD) with a linear warm-up and a cosine decay of the learning
-rate, the recipe of ViT and DeiT, scaled down (``vitbook.plotting.plot_history`` draws the
-learning curves). Data are plain tensors, ``(images (B, C, H, W), labels (B,))``; ``fit`` moves
-them to the model's device (CPU or CUDA), the model never moves them itself.
-:mod:`vitbook.train.optim` builds the optimizer and the schedule, :mod:`vitbook.train.step` runs
-one step, :mod:`vitbook.train.checks` checks what comes in, :mod:`vitbook.train.evaluation` holds
-``evaluate`` and ``predict``, and :mod:`vitbook.train.resume` a run's whole state.
+``fit`` runs AdamW (or SGD) with a linear warm-up and a cosine decay, the recipe of ViT and DeiT
+scaled down, on plain tensors ``(images (B, C, H, W), labels (B,))`` that it moves to the model's
+device. :mod:`vitbook.train.optim` builds the optimizer and schedule, :mod:`vitbook.train.step`
+runs one step, :mod:`vitbook.train.checks` checks the inputs, :mod:`vitbook.train.evaluation`
+holds ``evaluate`` and ``predict``, :mod:`vitbook.train.resume` a run's state.
 
-On a GPU ``fit`` does what a fast hand-written loop does: the training images move to the GPU
-once when they take less than half its free memory (else each batch moves), the order and the
-augmentation are drawn there, the forward pass runs in mixed precision (the recipe's
-``precision``), and the steps do not wait for the host: the loss, the gradients and the updated
-weights are checked for finiteness on the GPU at every step, and what it found is read at the
-epoch's end (or every ``sync_every`` steps), together with the epoch's summed loss and accuracy.
+On a GPU the training images move there once if they take under half its free memory, order and
+augmentation are drawn there, the forward pass runs in the recipe's ``precision``, and each
+step's finiteness checks stay on the GPU until the epoch's read (or every ``sync_every`` steps).
 
-Under ``torchrun`` (a ``torch.distributed`` process group set up by the caller), every process
-draws the same order and augmentation for the global batch of ``batch_size`` images and trains
-on its share of it inside PyTorch's ``DistributedDataParallel``, which averages the gradients;
-each share's loss is weighted by its size, so uneven shares (the last batch) give the gradient of
-the global batch, as one process with the whole batch (dropout and stochastic depth draw their
-own masks in each process).
+Under ``torchrun`` (a process group set up by the caller) every process draws the same order and
+augmentation for the global batch and trains its share in ``DistributedDataParallel``; each
+share's loss is weighted by its size, so uneven shares give the global batch's gradient.
 
-A ``tqdm.auto`` progress bar shows the epochs (a widget in Jupyter, text elsewhere). Turn it off
-with ``progress=False``, or for every call by setting the environment variable
-``VITBOOK_PROGRESS=0``. tqdm is imported only when a bar is shown.
+The ``tqdm.auto`` bar is off with ``progress=False`` or ``VITBOOK_PROGRESS=0``.
 
 See chapter: Training and classification.
 """
@@ -63,14 +53,11 @@ class History:
     """What ``fit`` measured, one entry per epoch.
 
     Fields:
-        train_loss: mean cross-entropy over the epoch's batches (with label smoothing, if any),
-            or the criterion's loss; in fp16, steps the gradient scaler skipped for a
-            non-finite loss are left out.
-        train_accuracy: fraction of training images classified right during the epoch (with
-            augmentation and dropout on, so usually below the accuracy of the final model).
-        eval_accuracy: accuracy on ``eval_data`` after the epoch; empty without ``eval_data``.
-        seconds: wall-clock seconds of each epoch (evaluation included).
-        precision: what the forward passes computed in: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+        train_loss: mean training loss of the epoch (fp16 steps the scaler skipped left out).
+        train_accuracy: fraction classified right during the epoch (augmentation, dropout on).
+        eval_accuracy: accuracy on ``eval_data`` after the epoch; empty without it.
+        seconds: wall-clock seconds of each epoch, evaluation included.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``, what the forward passes computed in.
 
     Example:
         >>> history = History(train_loss=[2.3, 1.1], train_accuracy=[0.1, 0.6])
@@ -135,16 +122,14 @@ def fit(
 ) -> History:
     """Train ``model`` in place with AdamW, warm-up and cosine decay; return the learning curves.
 
-    Each epoch visits every training image once, in a fresh random order; the learning rate rises
-    linearly over the warm-up, then follows a cosine to 0 at the last step. ``seed`` seeds the
-    order, the augmentation and torch's global generator (dropout, stochastic depth): the same
-    initialisation and seed give the same history on the same machine. On a GPU and under
-    ``torchrun``, see :mod:`vitbook.train.loop`.
+    Each epoch visits every image once in a fresh order; the learning rate rises linearly over the
+    warm-up, then follows a cosine to 0. ``seed`` seeds the order, the augmentation and torch's
+    global generator (dropout, stochastic depth), so a run repeats on the same machine. On a GPU
+    and under ``torchrun``, see :mod:`vitbook.train.loop`.
 
     Args:
-        model: maps (B, C, H, W) images to (B, n_cls) logits (in train mode, perhaps a tuple of
-            them: then ``criterion`` makes the loss); trained in place, left in train mode. Only
-            parameters with ``requires_grad`` are trained.
+        model: (B, C, H, W) images to (B, n_cls) logits (in train mode perhaps a tuple, for
+            ``criterion``); trained in place (its ``requires_grad`` parameters), left in train mode.
         train_data: ``(images (B, C, H, W) float, labels (B,) int64)``.
         recipe: a :class:`vitbook.train.recipe.Recipe`, what decides the run's numbers.
         **fields: the recipe's fields (``epochs``, ``lr``, ``weight_decay``, ``batch_size``,
@@ -152,38 +137,36 @@ def fit(
             ``weight_decay_rule``, ``clip_grad_norm``, ``accumulate``,
             ``repeated_augmentation``, ``precision``) as keywords instead, or changes to
             ``recipe`` (``fit(model, data, recipe, seed=3)``).
-        augment: ``augment(images, generator) -> images`` on each batch, on the training
-            device (e.g. ``random_shift(1)``); a ``value_range`` attribute is checked once.
+        augment: ``augment(images, generator) -> images`` on each batch, on the training device
+            (e.g. ``random_shift(1)``); a ``value_range`` attribute is checked once.
         mix: ``mix(images, labels, generator) -> (images, targets (B, n_cls))`` after
             ``augment`` (MixUp, CutMix); a ``num_classes`` attribute is checked once. Labels
             are smoothed once: by the mix, or by the loss (the recipe's or the criterion's).
         criterion: ``criterion(outputs, targets, images) -> loss`` in place of cross-entropy
-            (DeiT's distillation), run in the forward pass's autocast; it owns its loss, so the
-            recipe's ``label_smoothing`` must be 0.
-        eval_data: evaluated after every epoch, if given (the validation split).
+            (DeiT's distillation), run in autocast; the recipe's ``label_smoothing`` must be 0.
+        eval_data: evaluated after every epoch, if given.
         device: where to train; by default the device of the model's parameters.
-        compile: ``torch.compile`` the forward pass and the loss (see
-            :mod:`vitbook.train.step`); not under ``torchrun``.
-        sync_every: read the device's finiteness verdict every this many steps; ``None``: every
-            step on the CPU, once an epoch on a GPU. The numbers never depend on it.
+        compile: ``torch.compile`` the forward pass and the loss; not under ``torchrun``.
+        sync_every: steps between reads of the finiteness verdict; ``None``: every step on the
+            CPU, once an epoch on a GPU. The numbers never depend on it.
         resume: a state ``after_epoch`` was handed (or :func:`vitbook.train.resume.load_state`
-            read): training continues after its epochs. The call must repeat what decides the
-            numbers (recipe, data, augmentation, mix, criterion); ``compile``, ``sync_every``
-            and ``progress`` may change.
+            read), continued after its epochs. The call must repeat what decides the numbers
+            (recipe, data, augment, mix, criterion); ``compile``, ``sync_every``, ``progress``
+            may change.
         after_epoch: ``after_epoch(epochs_done, state)`` after every epoch, ``state()`` giving
-            the training state of that epoch (:func:`vitbook.train.resume.capture`); a true
-            result stops training there. Under ``torchrun`` it must answer alike everywhere.
-        progress: show a ``tqdm.auto`` bar (also off when ``VITBOOK_PROGRESS=0``).
+            that epoch's state (:func:`vitbook.train.resume.capture`); a true result stops
+            training. Under ``torchrun`` it must answer alike everywhere.
+        progress: show a ``tqdm.auto`` bar.
 
     Returns:
         A :class:`History`.
 
     Raises:
-        TypeError, ValueError: before the first step, data, arguments or a model that do not fit
-            (named with the fix; the model is not touched); at the first step, outputs of the
-            wrong shape. ``DivergenceError`` (a ValueError), at the read after it: the first
-            non-finite step, named by epoch and step; the model keeps the state of the step
-            before. ``TrainingStateError``: a ``resume`` state of other arguments or model.
+        TypeError, ValueError: data, arguments or a model that do not fit, before the first step
+            (the model untouched); outputs of the wrong shape, at the first step.
+            ``DivergenceError`` (a ValueError): the first non-finite step, by epoch and step, at
+            the read after it; the model keeps the step before's state.
+            ``TrainingStateError``: a ``resume`` state of other arguments or model.
 
     Example:
         >>> _ = torch.manual_seed(0)
@@ -331,8 +314,7 @@ def fit(
 
 
 def _sync_every(sync_every: int | None, device: torch.device) -> int:
-    """Steps between two reads of the device's verdict: every step on the CPU, where a read
-    waits for nothing, else once an epoch (a step count no epoch reaches)."""
+    """Steps between reads of the verdict: 1 on the CPU, else more than an epoch has."""
     if sync_every is None:
         return 1 if device.type == "cpu" else 2**62
     return _checks.integer("sync_every", sync_every, minimum=1,
@@ -347,9 +329,7 @@ def _deciding(
     data: tuple[str | None, str | None],
     **functions: Callable | None,
 ) -> dict[str, object]:
-    """What a resumed call must repeat: the recipe (its precision resolved), the processes, the
-    data's sizes and checksums, and the functions with their settings (an augmentation's
-    strength)."""
+    """What a resumed call must repeat: recipe, processes, data sizes and checksums, functions."""
     deciding = {**recipe.to_dict(), "world": world}
     deciding["images"] = n_images
     deciding["eval_images"] = None if eval_data is None else len(eval_data[1])
@@ -362,11 +342,8 @@ def _deciding(
 def _order(
     n: int, repeats: int, generator: torch.Generator, device: torch.device
 ) -> torch.Tensor:
-    """An epoch's order of the n training images: a permutation, or repeated augmentation.
-
-    With ``repeats`` r > 1, the first ceil(n / r) images of a permutation, each r times in a
-    row, cut to n: DeiT's ``RASampler`` (which does it across processes).
-    """
+    """An epoch's order of n images: a permutation, or with ``repeats`` r > 1 its first
+    ceil(n / r) images r times each, cut to n (DeiT's ``RASampler``)."""
     order = torch.randperm(n, generator=generator, device=device)  # (n,)
     if repeats == 1:
         return order
