@@ -1,8 +1,8 @@
 """Knowledge distillation as DeiT does it: a frozen teacher's predictions as a second target.
 
-A distilled ViT (``ViTConfig(distilled=True)``) returns two sets of logits in training, one from
-its class token and one from its distillation token. :class:`DistillationLoss` gives each its
-target, as the DeiT authors' ``losses.py`` does (Touvron et al., 2021, Section 4)::
+A distilled ViT (``ViTConfig(distilled=True)``) returns class-token and distillation-token
+logits in training; :class:`DistillationLoss` gives each its target, as DeiT's ``losses.py``
+(Touvron et al., 2021, Section 4)::
 
     L = (1 - alpha) CE(Z_cls, y) + alpha L_distill(Z_dist, Z_t)
 
@@ -10,36 +10,15 @@ target, as the DeiT authors' ``losses.py`` does (Touvron et al., 2021, Section 4
     "soft":  L_distill = tau^2 KL(softmax(Z_t / tau) || softmax(Z_dist / tau))
     "none":  L_distill = CE(Z_dist, y): no teacher, both heads on the labels
 
-with Z_t the teacher's logits on the same augmented images the student saw, y the labels (or
-soft targets after MixUp) and CE a cross-entropy with optional label smoothing. The KL is the
-teacher's distribution against the student's, sum_c p_t log(p_t / p_s), which is what DeiT's
-code computes (the paper's Eq. 2 writes its arguments the other way round). The factor tau^2
-keeps the soft term's gradient at the same scale whatever tau is (Hinton et al., 2015): the
-gradient of the KL with respect to Z_dist is (p_s - p_t) / tau, of order 1 / tau^2 for large
-tau. DeiT's code sums the KL over the batch and the classes and divides by B * n_cls
-(``kl_reduction="mean"``, PyTorch's legacy mean): 1 / n_cls of the usual per-image divergence,
-which ``kl_reduction="batchmean"`` gives. DeiT's defaults are ``alpha=0.5`` and ``tau=1.0``;
-with ``"hard"`` and ``alpha=0.5`` this is the paper's equation for hard-label distillation,
-(CE(Z_cls, y) + CE(Z_dist, y_t)) / 2. With ``"none"`` a model with one output gets CE(Z, y);
-a distilled model's distillation head learns the labels too, so that evaluation, which
-averages the heads, never averages in an untrained one (DeiT's own code leaves it untrained).
+with Z_t the teacher's logits on the images the student saw, y the labels (or soft targets) and
+CE a cross-entropy with optional label smoothing. The KL is sum_c p_t log(p_t / p_s), as DeiT's
+code, divided by B * n_cls (``kl_reduction="mean"``) or by B (``"batchmean"``). Why tau^2 and
+the untrained head of ``"none"``: the chapter *Can a ViT beat the CNN that taught it?*.
 
-The loss is a callable ``criterion(outputs, targets, images) -> loss`` for
-:func:`vitbook.train.fit`. It holds the teacher frozen and in eval mode, and keeps it there: the
-teacher goes to eval mode when the loss is built, its parameters stop requiring gradients at
-the first call that trains (after the check below), ``loss.train()`` does not reach it, and a
-teacher switched back to train mode by hand is refused on the next call. Its logits are
-computed under ``torch.no_grad()`` inside whatever autocast the caller runs the loss in
-(``fit`` runs it in the forward pass's), so teacher and student see the same numbers.
-
-Checked where the data enter, once, in eager mode (never per step, and not under
-``torch.compile``): the first call that trains refuses a student whose logits depend on the
-teacher's parameters (the student given as its own teacher, or sharing its weights), and the
-first teacher logits must be finite and, for soft targets, not probabilities (one read; hard
-targets read the argmax, which probabilities keep). A later non-finite teacher logit makes the loss
-NaN, which ``fit`` stops at, instead of becoming a target by ``argmax``. Student logits without
-gradients while gradients are on are refused on every call (a check of flags, not of values):
-nothing would train.
+The teacher is kept in eval mode and frozen (at the first call that trains); its logits are
+computed under ``torch.no_grad()`` in the caller's autocast. Checked once, in eager mode: a
+student that depends on the teacher's parameters, non-finite first teacher logits, and (soft)
+teacher probabilities; a later non-finite teacher logit makes the loss NaN.
 
 See chapter: Can a ViT beat the CNN that taught it?
 """
@@ -62,42 +41,31 @@ class DistillationLoss(nn.Module):
     """DeiT's distillation loss around a frozen teacher: ``loss(outputs, targets, images)``.
 
     Args:
-        teacher: any module mapping the student's images (B, C, H, W) to (B, n_cls) logits, e.g.
-            a trained :class:`vitbook.baselines.DigitsCNN`, never the student itself (pass a
-            copy: ``copy.deepcopy(model)``). It is switched to eval mode here and its parameters
-            to ``requires_grad=False`` at the first call that trains, for good. With ``"none"``
-            it is not used, and left as it is (None is the usual value).
+        teacher: maps the student's images (B, C, H, W) to (B, n_cls) logits (e.g. a trained
+            :class:`vitbook.baselines.DigitsCNN`), never the student itself; frozen for good.
+            Unused with ``"none"`` (usually None).
         distillation_type: ``"none"``, ``"soft"`` or ``"hard"`` (see the module docstring).
-        alpha: the distillation term's weight, in [0, 1]; DeiT uses 0.5. With ``"none"``, the
+        alpha: the distillation term's weight, in [0, 1] (DeiT: 0.5); with ``"none"``, the
             distillation head's share of the labels' loss.
-        tau: the soft distillation's temperature, > 0; DeiT uses 1.0.
-        kl_reduction: the soft term's ``"mean"`` over B * n_cls, as DeiT's code (the default),
-            or ``"batchmean"``, the KL per image (n_cls times larger).
-        label_smoothing: of the cross-entropy on the true labels (DeiT: 0.1); the teacher's hard
-            labels get none, as in DeiT.
-        single_head: False (the default) for a distilled ViT, whose train-mode output is the
-            tuple ``(class logits, distillation logits)``; True for a model with one output
-            that gets both terms: the "usual" distillation the paper compares its token with
-            (Table 3, the rows without a distillation token).
+        tau: the soft temperature, > 0 (DeiT: 1.0).
+        kl_reduction: ``"mean"`` over B * n_cls (DeiT's) or ``"batchmean"`` (n_cls times larger).
+        label_smoothing: of the cross-entropy on the true labels (DeiT: 0.1).
+        single_head: True for a model with one output that gets both terms (the paper's Table
+            3 without a distillation token); False for a distilled ViT's ``(class, dist)`` pair.
 
     Call:
-        outputs: the student's output in train mode: a tuple of two (B, n_cls) tensors, or one
-            (B, n_cls) tensor with ``single_head=True`` (or with ``"none"``).
-        targets: (B,) class indices, or (B, n_cls) soft targets (after MixUp).
-        images: the (B, C, H, W) batch the student saw, augmentation included: the teacher
-            labels the same pictures.
+        outputs: two (B, n_cls) tensors, or one with ``single_head=True`` or ``"none"``.
+        targets: (B,) class indices, or (B, n_cls) soft targets.
+        images: the (B, C, H, W) batch the student saw, augmentation included.
 
     Returns:
         A scalar loss (float32).
 
     Raises:
-        TypeError: a teacher that is not an ``nn.Module``; outputs that are not what the student
-            should return (a single tensor where the distillation token's logits belong: build
-            the student with ``distilled=True`` and keep it in train mode).
+        TypeError: a teacher that is not an ``nn.Module``; outputs of the wrong form.
         ValueError: an unknown type or reduction, ``alpha`` or ``tau`` out of range; teacher
-            logits of another shape than the student's, or not finite (first call); a teacher
-            found in train mode; a student whose logits depend on the teacher's parameters
-            (first call that trains); student logits without gradients while gradients are on.
+            logits of another shape, or not finite (first call); a teacher in train mode; a
+            student that depends on the teacher; student logits without gradients.
 
     Example:
         >>> from vitbook import VisionTransformer, ViTConfig
@@ -236,10 +204,8 @@ class DistillationLoss(nn.Module):
         )
 
     def _check_student(self, logits: torch.Tensor, logits_dist: torch.Tensor) -> None:
-        """Refuse a student whose logits depend on the teacher's parameters; freeze the teacher.
-
-        Walks the autograd graph of the logits once (a few hundred nodes, no values read).
-        """
+        """Refuse a student whose autograd graph reaches the teacher's parameters (no values
+        read); freeze the teacher."""
         teacher_params = {id(p) for p in self.teacher.parameters()}
         seen, stack, shared = set(), [logits.grad_fn, logits_dist.grad_fn], 0
         while stack:
@@ -260,8 +226,7 @@ class DistillationLoss(nn.Module):
         self._student_checked = True
 
     def _check_teacher(self, teacher_logits: torch.Tensor) -> None:
-        """The teacher's first logits must be finite (a NaN would become a target by argmax)
-        and, for soft targets, not probabilities (softmax of a softmax flattens them). One read."""
+        """Refuse non-finite first teacher logits, and probabilities for soft targets; one read."""
         bad = ~torch.isfinite(teacher_logits)
         values = teacher_logits.detach().float()
         rows = (values >= 0).all(dim=1) & ((values.sum(dim=1) - 1).abs() <= 1e-2)
@@ -321,24 +286,14 @@ class DistillationLoss(nn.Module):
 
 @torch.no_grad()
 def head_agreement(model: nn.Module, images: torch.Tensor, *, batch_size: int = 256) -> dict:
-    """How a distilled ViT's two heads decide on ``images``: each alone, and together.
-
-    The model runs in eval mode (and is left there); for each image the class head's and the
-    distillation head's predicted classes are compared.
-
-    Args:
-        model: a distilled :class:`vitbook.VisionTransformer`.
-        images: (B, C, H, W) float images, finite.
-        batch_size: images per forward pass.
+    """How a distilled ViT's two heads decide on ``images`` (B, C, H, W), in eval mode (left so).
 
     Returns:
-        ``{"agreement": share of images where the heads predict the same class,
-        "class": (B,) the class head's predictions, "distillation": (B,) the distillation
-        head's, "mean": (B,) the prediction of their mean logits (the model's output)}``.
+        ``{"agreement": share of images where the heads agree, "class", "distillation":
+        (B,) each head's predictions, "mean": (B,) their mean logits' (the model's output)}``.
 
     Raises:
-        TypeError / ValueError: a model that is not a distilled ViT, images that are not a
-            finite float tensor.
+        TypeError / ValueError: not a distilled ViT; images not a finite float tensor.
 
     Example:
         >>> from vitbook import VisionTransformer, ViTConfig

@@ -1,30 +1,14 @@
 """Training that survives the end of a process: ``fit``'s whole state, saved and taken up again.
 
-A run on a GPU lent for ten minutes, on a preemptible machine or in a Colab session that
-disconnects ends before its 200 epochs. ``fit(after_epoch=...)`` hands the caller, after every
-epoch, a function that returns the run's whole training state; ``fit(resume=state)`` continues
-from it, and the finished run is the run an uninterrupted process would have made (on the CPU,
-bit for bit: ``tests/test_resume.py``). The state (:func:`capture`) holds
+``fit(after_epoch=...)`` hands the caller, after every epoch, a function returning the run's state
+(:func:`capture`); ``fit(resume=state)`` continues it to the run an uninterrupted process makes
+(on the CPU bit for bit). The state holds the weights, the optimizer, schedule and scaler, every
+generator ``fit`` draws from (its own, torch's global CPU one, the GPU's), the epochs, history and
+steps done, and the arguments that decide the numbers (data checksums included), which a resumed
+call must repeat.
 
-- the model's weights and buffers, the optimizer's state (AdamW's moments and step counts), the
-  learning-rate schedule's position and the gradient scaler's scale;
-- every random generator the loop draws from: the generator of the order (and of augmentation
-  and mixing, or theirs where they live on another device), torch's global CPU generator
-  (dropout and stochastic depth on the CPU) and the training GPU's generator (on a GPU); python's
-  ``random`` and numpy's generators are not drawn from by ``fit``;
-- the epochs done, the history so far, the steps taken, and the arguments of ``fit`` that
-  decide the numbers (``epochs``, ``lr``, ``batch_size``, ``seed``, the number of images, a
-  checksum of the training and evaluation data, the augmentation and mix with their settings
-  (their strengths)...), which a resumed call must repeat: a state made with other ones, or
-  whose epochs done are not within ``epochs``, is refused.
-
-:func:`save_state` writes a state atomically (a reader sees the old file or the new one, never
-half of one), its ``torch.save`` bytes after a header line that holds their sha256, and
-:func:`load_state` reads it back without unpickling code (``torch.load(weights_only=True)``)
-once the checksum holds, with errors that name the file and say what to do: a changed byte (a
-disk, a copy) is found, not trained on. What stops a run in time and saves it as it goes
-(``Checkpointer``, ``StopRequest``, ``hard_deadline``) is the recording's session control, in
-:mod:`vitbook.studies.session`.
+:func:`save_state` writes a state atomically behind a sha256 header; :func:`load_state` checks it
+and reads it without unpickling code. Stopping a run in time: :mod:`vitbook.studies.session`.
 
 See chapter: Real photos.
 """
@@ -55,7 +39,7 @@ class TrainingStateError(ValueError):
 
 
 def _cpu(value: object) -> object:
-    """A deep copy with every tensor on the CPU: training may go on after the capture."""
+    """A deep copy with every tensor on the CPU (training goes on after a capture)."""
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
@@ -81,13 +65,10 @@ def capture(
     """``fit``'s whole training state after ``epoch`` epochs, copied to the CPU.
 
     Args:
-        arguments: the arguments of ``fit`` that decide the numbers (checked on resume).
-        epoch: epochs done.
-        model, optimizer, scheduler, scaler: as ``fit`` built them.
+        arguments: what decides the numbers (checked on resume).
         step: ``TrainStep.state_dict()``.
         generators: name -> every ``torch.Generator`` the loop draws from.
         history: the ``History``'s fields.
-        device: the training device (its GPU generator is saved on a GPU).
 
     See chapter: Real photos.
     """
@@ -125,11 +106,9 @@ def restore(
 
     Raises:
         TypeError: ``state`` is not a dict of :func:`capture`.
-        TrainingStateError: a state of another layout, or one made with other arguments (named,
-            with both values: the data's checksum and the augmentation's settings among them),
-            whose epochs done are not an int within ``0 .. epochs`` or not the length of its
-            history, or of another model (the weights do not fit). The state is not changed:
-            it can be resumed again.
+        TrainingStateError: another layout, other arguments (named, both values), epochs done
+            not within ``0 .. epochs`` or not its history's length, or another model. The
+            state is left unchanged.
 
     See chapter: Real photos.
     """
@@ -192,9 +171,8 @@ def restore(
 
 
 def save_state(path: str | os.PathLike, state: dict[str, object]) -> None:
-    """Write a training state to ``path`` atomically (into a temporary file that is flushed to
-    the disk and then moved into place; see :func:`vitbook._files.write_with`): a header line
-    with the sha256 of the ``torch.save`` bytes that follow it.
+    """Write a state to ``path`` atomically: a header line with the sha256 of the
+    ``torch.save`` bytes that follow it.
 
     See chapter: Real photos.
     """
@@ -209,9 +187,8 @@ def load_state(path: str | os.PathLike) -> dict[str, object]:
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        TrainingStateError: a folder at ``path``, or a file that is not a training state of
-            :func:`save_state` (a changed byte, which its checksum finds; cut short; another
-            format; a state saved without the checksum), naming it, with what to do.
+        TrainingStateError: a folder, or a file that is not a :func:`save_state` state (a
+            changed byte, cut short, another layout, no checksum); names it and the fix.
 
     See chapter: Real photos.
     """

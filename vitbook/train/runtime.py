@@ -1,24 +1,13 @@
 """Where a chapter runs: the device, the precision it trains in, Colab or not, and the photos.
 
-Two chapters do more where they can: on a GPU they train on CIFAR-10, elsewhere they run the same
-code on a stand-in. :func:`detect_runtime` is how they find out where they are::
+:func:`detect_runtime` tells a chapter whether it has a GPU (and trains on CIFAR-10) or runs a
+stand-in, which :func:`note` then says in a box under the cell. The tests take every branch on a
+CPU through two environment variables:
 
-    runtime = detect_runtime()
-    print(runtime)  # e.g. "a GPU: Tesla T4 (cuda:0), training in fp16, in Colab"
-
-and :meth:`Runtime.load_cifar10` reads CIFAR-10 with a validation share held out. Where a chapter
-runs a stand-in instead of the real thing, :func:`note` says so in a box under the cell.
-
-Every branch of those chapters runs in the book's tests, on a CPU, because two environment
-variables steer what this module reports (a reader never needs them):
-
-- ``VITBOOK_SIMULATE_GPU=fp16`` (or ``bf16``, ``fp32``): report a GPU that trains in that
-  precision, and run on the CPU (autocast computes in fp16 and bf16 there too, slowly). ``fp16``
-  is a T4's branch, Colab's free GPU; ``fp32`` is for a GPU branch too long to run in 16 bits on
-  a CPU, whose autocast has no fast fp16 kernels.
-- ``VITBOOK_CIFAR10=path.npz``: read CIFAR-10 from this file, arrays ``x_train``, ``y_train``,
-  ``x_test``, ``y_test`` in torchvision's layout, instead of torchvision's copy. The tests point it
-  at a few hundred photos of CIFAR-10's shapes; a reader can point it at their own copy.
+- ``VITBOOK_SIMULATE_GPU=fp16`` (or ``bf16``, ``fp32``): report a GPU training in that precision,
+  and run on the CPU.
+- ``VITBOOK_CIFAR10=path.npz``: read CIFAR-10 from this file (``x_train``, ``y_train``,
+  ``x_test``, ``y_test`` in torchvision's layout) instead of torchvision's copy.
 
 See chapters: Real photos; Fine-tuning a pretrained ViT.
 """
@@ -51,12 +40,10 @@ class Runtime:
     Fields:
         device: where models train: ``cuda`` on a GPU, else ``cpu``.
         gpu: the GPU's name, or ``None`` without one.
-        precision: what :func:`vitbook.train.fit` trains in here with ``precision="auto"``:
-            ``"bf16"`` on recent GPUs, ``"fp16"`` on older ones (a T4), ``"fp32"`` on a CPU.
-        colab: running in Google Colab (``google.colab`` is imported).
-        simulated: a GPU's branch run on the CPU by the tests (``VITBOOK_SIMULATE_GPU``).
-        cifar10_file: the ``.npz`` that :meth:`load_cifar10` reads (``VITBOOK_CIFAR10``), or
-            ``None`` for torchvision's copy.
+        precision: what ``precision="auto"`` trains in here: ``"bf16"``, ``"fp16"`` or ``"fp32"``.
+        colab: running in Google Colab.
+        simulated: a GPU's branch run on the CPU (``VITBOOK_SIMULATE_GPU``).
+        cifar10_file: the ``.npz`` of ``VITBOOK_CIFAR10``, or ``None`` for torchvision's copy.
 
     Example:
         >>> runtime = Runtime(torch.device("cpu"), None, "fp32", False)
@@ -86,14 +73,12 @@ class Runtime:
     ) -> ImageSplits:
         """CIFAR-10 with ``val_share`` of the training photos held out for validation.
 
-        Reads :attr:`cifar10_file` when set, else torchvision's copy (downloaded once, about
-        170 MB, when ``download`` is true and there is a network). The validation split is the
-        same number of photos from every class: ``val_share`` of the training photos, rounded
-        to a multiple of 10 and at least 10 (0.1 of CIFAR-10's 50,000: 5,000; 0.02: 1,000).
+        Reads :attr:`cifar10_file` when set, else torchvision's copy (about 170 MB with
+        ``download``). The validation split takes as many photos from each class, in all
+        ``val_share`` of the training photos rounded to a multiple of 10 (at least 10).
 
         Raises:
-            vitbook.data.cifar.DataUnavailableError: no copy here and none downloadable, with what
-                to do.
+            vitbook.data.cifar.DataUnavailableError: no copy here and none downloadable.
             ValueError: ``val_share`` outside (0, 0.5]; a malformed file.
 
         Example:
@@ -116,12 +101,8 @@ class Runtime:
 
 
 def _train_labels_in(path: Path) -> int | None:
-    """How many training labels a .npz holds, or ``None`` where it cannot tell.
-
-    Only the count is read here; a damaged, cut-short, pickled or incomplete file gives ``None``,
-    and :func:`vitbook.data.cifar.load_cifar10`, which reads the file next, names what is wrong and
-    the fix (numpy's own message would advise ``allow_pickle``, which runs code from the file).
-    """
+    """How many training labels a .npz holds, or ``None`` for a file that
+    :func:`vitbook.data.cifar.load_cifar10` will refuse with a better message."""
     import zipfile
 
     import numpy as np
@@ -136,13 +117,11 @@ def _train_labels_in(path: Path) -> int | None:
 def detect_runtime() -> Runtime:
     """Where this process runs: its GPU (if any) and precision, Colab or not, and the data file.
 
-    A GPU is used when ``torch.cuda.is_available()``; its precision is the one
-    :func:`vitbook.train.resolve_precision` picks (``"auto"``). The environment variables of the
-    module's docstring let the tests take each branch on a CPU.
+    The precision is :func:`vitbook.train.resolve_precision`'s ``"auto"``; the module's
+    environment variables override what is found.
 
     Raises:
-        ValueError: ``VITBOOK_SIMULATE_GPU`` set to something other than ``fp16``, ``bf16`` or
-            ``fp32``.
+        ValueError: ``VITBOOK_SIMULATE_GPU`` not ``fp16``, ``bf16`` or ``fp32``.
 
     Example:
         >>> import os
@@ -190,8 +169,7 @@ def detect_runtime() -> Runtime:
 class Note:
     """A boxed note for the reader, shown under a cell: what ran here instead of the real thing.
 
-    Front ends show its HTML (an admonition, as the HTML book draws them); a terminal or
-    ``print`` gets the text, wrapped to 76 characters.
+    Front ends show it as an HTML admonition; ``print`` gives the text wrapped to 76 characters.
 
     Example:
         >>> print(Note("Offline", "The cells below ran on a stand-in."))
