@@ -1,9 +1,5 @@
-"""The checks of ``fit``'s inputs: arguments, data, weights, and the first augmented batch; and
-what a resumed run must repeat of them (the data's checksum, the functions' settings).
-
-Everything here runs before the first step, or at the first step only, so that a mistake is
-reported where the data enter, in words about images and labels, and training never pays for it
-again (no value is read back from a GPU once training runs).
+"""The checks of ``fit``'s inputs (arguments, data, weights, the first augmented batch) and what
+a resumed run must repeat of them; all run before or at the first step.
 
 See chapter: Training and classification.
 """
@@ -51,8 +47,7 @@ def run(
     compile: object,
     progress: object,
 ) -> None:
-    """What the recipe cannot check alone: the functions, the recipe against the data and the
-    processes, and the run's switches; before anything is touched."""
+    """Check the functions, the recipe against the data and processes, and the switches."""
     for name, function, form in (
         ("augment", augment, "augment(images, generator) or None, got {}; e.g. random_shift(1)"),
         ("mix", mix, "mix(images, labels, generator) or None, got {}; e.g. a MixUp"),
@@ -184,8 +179,7 @@ def mixed(
 
 
 def soft_targets(targets: torch.Tensor, name: str) -> None:
-    """(B, n_cls) soft targets, read once (the first step): each row a distribution over the
-    classes, finite, in [0, 1] and summing to 1 (to 1e-2: bf16 targets round so)."""
+    """Check (B, n_cls) soft targets: each row finite, in [0, 1], summing to 1 (to 1e-2, bf16)."""
     rows = targets.detach().float()
     sums = rows.sum(dim=1)
     bad = ~(rows.isfinite().all(dim=1) & (rows >= 0).all(dim=1) & (rows <= 1).all(dim=1)
@@ -209,9 +203,8 @@ def loss_smoothing(recipe: Recipe, criterion: object) -> tuple[float, str]:
 
 
 def smoothed_once(mix: object, targets: torch.Tensor | None, smoothing: float, whose: str) -> None:
-    """Refuse labels smoothed by the mix and again by the loss. A mix says so in its
-    ``label_smoothing`` attribute; without one, its first soft targets tell (no class at 0 in
-    any row: a mix of two one-hot rows leaves n_cls - 2 zeros; one read, at the first step)."""
+    """Refuse labels smoothed by the mix and again by the loss: the mix's ``label_smoothing``
+    says so, or else its first targets (no class at 0 in any row, with n_cls >= 3)."""
     if not smoothing:
         return
     declared = getattr(mix, "label_smoothing", None)
@@ -235,8 +228,7 @@ def smoothed_once(mix: object, targets: torch.Tensor | None, smoothing: float, w
 
 
 def fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
-    """A sha256 of the data's bytes, dtypes and shapes (its first 16 hex digits), read once on
-    the host: a resumed run must train on the data it started on, not on others of its size."""
+    """16 hex digits of a sha256 of the data's bytes, dtypes and shapes (read on the host)."""
     digest = hashlib.sha256()
     for tensor in (images, labels):
         host = tensor.detach().to("cpu").contiguous()
@@ -246,13 +238,10 @@ def fingerprint(images: torch.Tensor, labels: torch.Tensor) -> str:
 
 
 def configuration(function: object, name: str = "augment") -> str:
-    """A function's name with what it closes over, recursively (``compose`` of
-    ``random_shift(1)``: ``random_shift.<locals>.augment(max_shift=1)``), or an object's type
-    with its attributes: what a resumed run must repeat of an augmentation (its strength), a mix
-    or a criterion (``name``, for the error). Tensors and arrays count by dtype, shape and a
-    checksum of their values; a module by its public settings, a checksum of its architecture
-    (its ``repr``) and one of its weights and buffers (a distillation's teacher). What holds no
-    readable setting (a ``torch.Generator``, an object of C) is refused, naming it.
+    """A function's name with what it closes over, recursively (``random_shift(1)``:
+    ``random_shift.<locals>.augment(max_shift=1)``), or an object's type with its attributes:
+    what a resumed run must repeat (``name``, for the error). Tensors count by dtype, shape and
+    checksum; a module by its settings and checksums of its ``repr`` and weights.
 
     Raises:
         TypeError: a setting that cannot be compared, or one nested more than 100 deep.

@@ -1,8 +1,7 @@
 """Running a trained classifier: its predictions and its accuracy.
 
-``predict`` returns class probabilities and ``evaluate`` the accuracy of a model in eval mode,
-without gradients, in chunks, on the model's device (``from vitbook.train import evaluate``);
-``Evaluator`` is ``fit``'s accuracy after each epoch.
+``predict`` (probabilities) and ``evaluate`` (accuracy) run a model in eval mode, without
+gradients, in chunks, on its device; ``Evaluator`` is ``fit``'s accuracy after each epoch.
 
 See chapter: Training and classification.
 """
@@ -38,13 +37,11 @@ def predict(
 ) -> torch.Tensor:
     """Class probabilities of ``images`` (B, C, H, W): (B, n_cls) on the CPU, model in eval mode.
 
-    The model is switched to eval mode (dropout off) and stays there. ``precision`` as in
-    :func:`fit` (``"auto"`` for mixed precision on a GPU); the probabilities are float32.
+    The model is left in eval mode; ``precision`` as in :func:`fit`; float32 probabilities.
 
     Raises:
-        TypeError / ValueError: images that are not a floating-point tensor or hold NaN or inf,
-            ``batch_size`` not a positive int, an unknown device or precision; a model whose
-            output is not (B, n_cls) logits (a softmax of (B, 1, n_cls) would be all ones).
+        TypeError / ValueError: images not a finite floating-point tensor, ``batch_size`` not
+            a positive int, an unknown device or precision; outputs not (B, n_cls) logits.
 
     Example:
         >>> model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
@@ -81,8 +78,7 @@ def _probabilities(
 
 
 def _logit_rows(logits: object, images: int) -> None:
-    """(images, n_cls) logits, else a ValueError: a softmax over dim 1 of (B, 1, n_cls) logits
-    is all ones. A check of shapes only, so it costs no GPU sync."""
+    """Refuse logits that are not (images, n_cls) (a shape check: no GPU sync)."""
     if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or len(logits) != images:
         shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(
@@ -102,12 +98,10 @@ def evaluate(
 ) -> float:
     """Accuracy of ``model`` on ``data = (images (B, C, H, W), labels (B,))``, in [0, 1].
 
-    A prediction is the class of the largest logit; the model is left in eval mode.
-    ``precision`` as in :func:`predict`.
+    A prediction is the largest logit's class; the model is left in eval mode.
 
     Raises:
-        TypeError / ValueError: as :func:`predict`, and labels that are not a (B,) int64 tensor
-            of class indices ``0 .. n_cls-1`` (n_cls from the model's config or its logits).
+        TypeError / ValueError: as :func:`predict`; labels not (B,) int64 in ``0 .. n_cls-1``.
 
     Example:
         >>> model = nn.Sequential(nn.Flatten(), nn.Linear(1, 2))
@@ -130,10 +124,7 @@ def evaluate(
 
 
 class Evaluator:
-    """``fit``'s accuracy on ``eval_data`` after each epoch.
-
-    The labels are checked once, at the first call, against the logits' width: the model's
-    number of classes, with or without a config (an ``nn.Sequential`` has none).
+    """``fit``'s accuracy on ``eval_data`` after each epoch; labels checked at the first call.
 
     See chapter: Training and classification.
     """

@@ -1,29 +1,18 @@
 """One optimizer step of ``fit``: micro-batches, mixed precision, a guard, and the update.
 
-A step takes the global batch of ``batch_size`` images (already augmented and mixed), keeps this
-process's share of it (under ``torchrun``), splits the share into ``accumulate`` micro-batches,
-and for each runs the forward pass and the loss under autocast and adds its gradient. Each
-micro-batch's loss is weighted by its share of the global batch, so the summed gradient is the
-gradient of the mean loss over the global batch, however the images were divided.
+A step takes this process's share of the global batch (under ``torchrun``), splits it into
+``accumulate`` micro-batches and weights each loss by its share of the global batch, so the
+gradient is the global batch's mean loss's, however the images were divided.
 
-The guard: before the update the state (trained parameters and buffers, such as a BatchNorm's
-running statistics) is copied on the device; after the update the loss, the gradients and the new
-state are checked on the device, without reading anything back. What the device found is read to
-the host every ``sync_every`` steps and at the end of each epoch (:meth:`TrainStep.check`), the
-one read of those steps. If a step was not finite, the model keeps the state it had after the step
-before, and a ``ValueError`` names the step that failed. Between two reads the device keeps that
-state itself: once a step fails, every later step's update is undone on the device (a
-``torch.where`` per tensor), so a read that comes a few steps late finds the same state as one
-right after the failing step. The copy costs the memory of the trained weights once more (344 MB
-for ViT-B/16 in fp32) and a read and a write of them per step. In fp16 the gradient scaler skips
-a step whose gradients (or loss) overflowed, lowers its scale and goes on, as mixed-precision
-training does; the copy then undoes what the skipped forward pass did to the buffers.
+The guard: the trained state (parameters and buffers) is copied on the device before the update,
+and the loss, gradients and new state are checked there; :meth:`TrainStep.check` reads the
+verdict every ``sync_every`` steps and at each epoch's end. After a failed step the model keeps
+the state of the step before (later updates are undone on the device until the read), and a
+``DivergenceError`` names the step. The copy costs the trained weights' memory once more. In
+fp16 the scaler skips overflowing steps, as mixed-precision training does.
 
-With ``compile=True`` the forward pass and the loss are one ``torch.compile`` graph
-(``fullgraph=True``; AOTAutograd compiles the backward pass from it); on a GPU the graph is also
-recorded as a CUDA graph (``mode="reduce-overhead"``). Shapes are static: the last, smaller batch
-of an epoch (and a micro-batch one image smaller) compiles its own graph once, which every later
-epoch reuses. The first step runs eagerly, so that the checks of the first outputs can read them.
+``compile=True`` compiles forward and loss into one static-shape graph (``fullgraph=True``; a
+CUDA graph on a GPU); the first step runs eagerly so that its outputs can be checked.
 
 See chapter: Real photos.
 """
@@ -50,8 +39,7 @@ FP16_SKIPS_IN_A_ROW = 10  # fp16 steps in a row with a non-finite loss before fi
 class DivergenceError(ValueError):
     """Training stopped at a step whose loss, gradients or updated weights were not finite.
 
-    A ``ValueError`` (what ``fit`` always raised for it); the model keeps the state it had after
-    the step before, and the message names the step.
+    A ``ValueError``; the model keeps the state of the step before, which the message names.
 
     See chapter: Real photos.
     """
@@ -60,8 +48,8 @@ class DivergenceError(ValueError):
 def check_outputs(
     outputs: object, labels: torch.Tensor, targets: torch.Tensor, has_criterion: bool
 ) -> None:
-    """The first training outputs: (B, n_cls) logits (or a tuple of them, with a criterion) that
-    fit the labels and the mix's soft targets. Read once, at the first step."""
+    """Check the first step's outputs: (B, n_cls) logits (a tuple of them with a criterion)
+    fitting the labels and the mix's soft targets."""
     if isinstance(outputs, tuple):
         if not has_criterion:
             raise ValueError(
@@ -88,19 +76,12 @@ class TrainStep:
     """Runs ``fit``'s optimizer steps and sums the epoch's loss and correct predictions.
 
     Args:
-        model: the model being trained (its state is guarded); net: what is called (the model,
-            or its ``DistributedDataParallel`` wrapper).
-        optimizer, scheduler, scaler: as built by ``fit``.
-        params: the trained parameters, in ``model.parameters()`` order (clipping sums in it).
-        recipe: the run's :class:`vitbook.train.recipe.Recipe`, its precision resolved (``"fp32"``,
-            ``"bf16"`` or ``"fp16"``): the step reads its precision, label smoothing,
-            accumulation, clipping and learning rate.
-        device, criterion: as in ``fit``; rank, world: this process and the number of processes.
-        compile: compile the forward pass and the loss (see the module's docstring).
-        sync_every: read the device's verdict every this many steps (1: after every step);
-            :meth:`check` also reads it whenever it is called.
-        where: ``where(step)``, the words that place step ``step`` (from 1) in training, for
-            the error (``fit`` says ``"epoch 2, step 7 of 30"``).
+        model: the model trained (its state guarded); net: what is called (it, or its DDP wrapper).
+        params: the trained parameters, in ``model.parameters()`` order.
+        recipe: the run's :class:`vitbook.train.recipe.Recipe`, its precision resolved.
+        rank, world: this process and the number of processes.
+        sync_every: steps between reads of the device's verdict.
+        where: ``where(step)`` places step ``step`` (from 1) in words, for the error.
 
     See chapter: Real photos.
     """
@@ -156,18 +137,11 @@ class TrainStep:
         self.counted = torch.zeros((), dtype=torch.int64, device=self.device)
 
     def state_dict(self) -> dict[str, object]:
-        """What a resumed run needs of the step: the steps taken and fp16's skips in a row.
-
-        Read at an epoch's end, after :meth:`check` (so no step has failed).
-        """
+        """The steps taken and fp16's skips in a row; read after :meth:`check`."""
         return {"steps": self.steps, "skipped": int(self.skipped)}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
-        """Continue after ``state["steps"]`` steps: the first outputs were checked then.
-
-        Compiled, the gradients get buffers of their own now, as the first, eager step gives
-        them (see :meth:`__call__`).
-        """
+        """Continue after ``state["steps"]`` steps (the first outputs were checked then)."""
         self.steps = self.checked_steps = int(state["steps"])
         self.step_count.fill_(self.steps)
         self.skipped.fill_(int(state["skipped"]))
@@ -204,12 +178,8 @@ class TrainStep:
     def _share(
         self, x: torch.Tensor, y: torch.Tensor, targets: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
-        """This process's share of the global batch, and whether it is a stand-in.
-
-        With more processes than images in the batch (the last batch of an epoch) a process has
-        no share; it trains on the batch's first image with weight 0 instead, since
-        ``DistributedDataParallel`` needs a backward pass from every process.
-        """
+        """This process's share of the global batch, and whether it is a stand-in: without a
+        share, the first image with weight 0 (DDP needs a backward pass in every process)."""
         if self.world == 1:
             return x, y, targets, False
         share = [t.tensor_split(self.world)[self.rank] for t in (x, y, targets)]
@@ -221,9 +191,7 @@ class TrainStep:
         """One optimizer step on the global batch: images (b, C, H, W), labels (b,), targets.
 
         Raises:
-            ValueError: the first outputs do not fit the labels (first step only); at a read
-                (every ``sync_every`` steps), a step whose loss, gradients or updated state
-                were not finite (see :meth:`check`).
+            ValueError: the first outputs do not fit the labels; at a read, see :meth:`check`.
         """
         n_global = len(y)
         first = self.steps == 0
@@ -324,18 +292,14 @@ class TrainStep:
         self.counted += good.long() * n_global
 
     def check(self, sums: bool = False) -> tuple[float, int, int] | None:
-        """Read what the device found since the last read: the one read to the host.
-
-        Args:
-            sums: also read the epoch's sums (in the same read).
+        """Read the device's verdict since the last read (with ``sums``, the epoch's sums too).
 
         Returns:
             With ``sums``, ``(summed loss, correct, counted)`` of the epoch's kept steps.
 
         Raises:
-            DivergenceError: a step's loss, gradients or updated state were not finite (fp16: its
-                gradients overflowed 10 steps in a row). The model keeps the state it had
-                after the step before that one; the message names the step.
+            DivergenceError: a step's loss, gradients or updated state were not finite (fp16:
+                10 non-finite losses in a row); the model keeps the state of the step before.
         """
         parts = [self.good.double()[None], self.failed.double()[None], self.failure]
         if sums:
