@@ -2,8 +2,7 @@
 
 - :mod:`vitbook.train.recipe`: :class:`Recipe`, what decides a run's numbers, as data.
 - :mod:`vitbook.train.loop`: ``fit`` and its ``History`` (``from vitbook.train import fit``).
-- :mod:`vitbook.train.evaluation`: ``evaluate`` and ``predict``, a trained model's accuracy and
-  probabilities on held-out data.
+- :mod:`vitbook.train.evaluation`: ``evaluate`` and ``predict``, accuracy and probabilities.
 - :mod:`vitbook.train.step`: one optimizer step (micro-batches, mixed precision, the guard);
   :mod:`vitbook.train.optim`: optimizers, weight-decay rules, warm-up and cosine;
   :mod:`vitbook.train.checks`: the checks of what comes in.

@@ -1,7 +1,6 @@
 """What training and evaluation share: the model and its device, its classes, and precision.
 
-:mod:`vitbook.train.step` and :mod:`vitbook.train.evaluation` import these, and
-:mod:`vitbook.train.loop` above them, so that neither of the two imports the other.
+Imported by :mod:`vitbook.train.step`, :mod:`vitbook.train.evaluation` and the loop above them.
 
 See chapter: Training and classification.
 """
@@ -50,10 +49,8 @@ def num_classes_of(model: nn.Module) -> int | None:
 def resolve_precision(precision: str, device: str | torch.device) -> str:
     """The precision ``fit`` trains in: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
 
-    ``"auto"`` picks bf16 on a GPU that computes it natively (compute capability 8.0 or higher:
-    A100, H100, RTX 30xx and later), fp16 with a gradient scaler on older GPUs (a T4, Colab's free
-    GPU, has fast fp16 and no fast bf16) and fp32 elsewhere, the CPU included. Asking for
-    ``"bf16"`` or ``"fp16"`` explicitly works on the CPU too (slowly: for tests and curiosity).
+    ``"auto"``: bf16 on a GPU of compute capability 8.0 or more, fp16 (with a gradient scaler) on
+    older GPUs, fp32 elsewhere. ``"bf16"`` and ``"fp16"`` work on the CPU too, slowly.
 
     Example:
         >>> resolve_precision("auto", "cpu"), resolve_precision("bf16", "cpu")

@@ -1,15 +1,9 @@
 """The optimizer of ``fit``: which weights decay, AdamW or SGD, and the learning-rate schedule.
 
-Weight decay pulls every weight towards 0 at each step. Two rules say which weights it touches:
-``"all"`` decays every trained parameter (what ``torch.optim.AdamW(model.parameters())`` does);
-``"timm"`` follows timm's ``param_groups_weight_decay`` (``timm/optim/_param_groups.py``), the
-rule of DeiT and of timm's ViT recipes: no decay for parameters with at most one dimension (the
-LayerNorm scales and shifts, every bias), for position embeddings and tokens, and for whatever the
-model lists in a ``no_weight_decay()`` method. Decaying a LayerNorm's scale towards 0 or a
-position embedding towards "no position" fights what those parameters are for.
-
-The schedule is a factor of the peak learning rate at each optimizer step: a linear warm-up to 1
-over ``warmup`` steps, then a cosine down to 0 at the last step.
+Weight decay rules: ``"all"`` decays every trained parameter; ``"timm"`` (timm's
+``param_groups_weight_decay``, DeiT's rule) spares parameters of at most one dimension (norms,
+biases), position embeddings, tokens, and what a ``no_weight_decay()`` method lists. The
+schedule: a linear warm-up to the peak, then a cosine to 0 at the last step.
 
 See chapter: Training and classification.
 """
@@ -31,11 +25,8 @@ NO_DECAY_NAMES = ("pos_embed", "cls_token", "dist_token", "relative_position_bia
 
 
 def _listed_no_decay(model: nn.Module) -> list[str]:
-    """Name patterns from every ``no_weight_decay()`` in the model, with their module's prefix.
-
-    timm asks only the top module; asking every submodule finds them inside an ``nn.Sequential``
-    (a Normalize in front of a ViT) or a wrapper, where names carry a prefix (``1.pos_embed``).
-    """
+    """Name patterns from every submodule's ``no_weight_decay()``, with its prefix
+    (``1.pos_embed`` for a ViT inside an ``nn.Sequential``; timm asks only the top module)."""
     patterns = []
     for prefix, module in model.named_modules():
         listed = getattr(module, "no_weight_decay", None)
@@ -56,15 +47,8 @@ def _decays(name: str, param: nn.Parameter, listed: list[str]) -> bool:
 def param_groups(model: nn.Module, weight_decay: float, rule: str = "all") -> list[dict]:
     """The optimizer's parameter groups: trained parameters, with or without weight decay.
 
-    Only parameters with ``requires_grad`` are included. ``rule="all"`` gives one group, every
-    parameter decayed by ``weight_decay``; ``rule="timm"`` gives a group decayed by
-    ``weight_decay`` and a group with ``weight_decay=0`` (see the module's docstring), leaving
-    out a group that would be empty.
-
-    Args:
-        model: any ``nn.Module``; names are matched with their prefixes (``blocks.0.norm1.bias``).
-        weight_decay: the decay of the decayed group.
-        rule: ``"all"`` or ``"timm"``.
+    ``rule="all"``: one group decayed by ``weight_decay``; ``"timm"``: a decayed group and one
+    with ``weight_decay=0`` (see the module's docstring), empty groups left out.
 
     Returns:
         ``[{"params": [...], "weight_decay": float}, ...]`` for ``torch.optim``.
@@ -98,9 +82,7 @@ def param_groups(model: nn.Module, weight_decay: float, rule: str = "all") -> li
 def make_optimizer(
     name: str, groups: list[dict], lr: float, device: torch.device
 ) -> torch.optim.Optimizer:
-    """AdamW (decoupled weight decay) or SGD with momentum 0.9, fused on a GPU.
-
-    The fused CUDA kernels also take the gradient scaler's verdict on the GPU, without a sync.
+    """AdamW or SGD with momentum 0.9, fused on a GPU (the scaler's verdict needs no sync).
 
     Example:
         >>> optimizer = make_optimizer("sgd", param_groups(nn.Linear(2, 2), 0.0), 0.1,
@@ -119,8 +101,7 @@ def make_optimizer(
 def lr_factor(step: int, total: int, warmup: int) -> float:
     """The learning rate at optimizer step ``step`` (from 0) as a fraction of the peak.
 
-    Linear warm-up: ``(step + 1) / warmup`` for the first ``warmup`` steps; then a cosine from
-    1 down to 0 at step ``total``.
+    ``(step + 1) / warmup`` for the first ``warmup`` steps, then a cosine to 0 at ``total``.
 
     Example:
         >>> [round(lr_factor(step, total=6, warmup=2), 3) for step in range(6)]

@@ -1,15 +1,9 @@
 """A training recipe as data: what decides a run's numbers, in one frozen, checked value.
 
-``fit(model, data, recipe)`` trains by a :class:`Recipe`; the keywords of a call
-(``fit(model, data, epochs=20, lr=0.1)``) make one too. What a run does besides (the augmentation,
-the mix, the loss, the evaluation data, the device, compiling, progress, saving and resuming) is
-not the recipe: those are ``fit``'s own arguments, and they change how a run goes, not which
-numbers it gives.
-
-A recipe checks its values when it is made, so a mistake is reported before anything trains,
-naming the field, the value and the fix. What depends on the data or on the processes (a batch
-that ``accumulate`` micro-batches cannot split, a batch that ``torchrun``'s processes cannot share)
-is checked by ``fit``.
+``fit(model, data, recipe)`` trains by a :class:`Recipe`, or by one made of its keywords
+(``fit(model, data, epochs=20, lr=0.1)``); augmentation, mix, loss, device and the rest are
+``fit``'s own arguments. A recipe checks its values when made; what depends on the data or the
+processes, ``fit`` checks.
 
 See chapter: Training and classification.
 """
@@ -37,37 +31,23 @@ class Recipe:
     Fields:
         epochs: passes over the training images.
         lr: the peak learning rate.
-        weight_decay: the optimizer's weight decay (decoupled for AdamW). DeiT uses 0.05; the
-            ViT paper pre-trains with 0.3, 0.03 or 0.1 and fine-tunes with 0.
-        batch_size: images per optimizer step (the last batch of an epoch may be smaller).
+        weight_decay: decoupled for AdamW (DeiT: 0.05).
+        batch_size: images per optimizer step (an epoch's last batch may be smaller).
         seed: seeds the order, the augmentation and torch's generators (dropout).
-        warmup_epochs: epochs of linear warm-up (0 for none); ``None`` means 1, unless
-            ``warmup_steps`` is given.
-        warmup_steps: optimizer steps of linear warm-up instead (the ViT authors warm up over
-            500); give one of the two.
+        warmup_epochs: epochs of linear warm-up; ``None``: 1, unless ``warmup_steps`` is given.
+        warmup_steps: optimizer steps of warm-up instead; give one of the two.
         label_smoothing: 0.1 in DeiT.
-        optimizer: ``"adamw"`` or ``"sgd"`` (momentum 0.9, as the ViT paper fine-tunes).
-        weight_decay_rule: ``"all"`` decays every trained parameter; ``"timm"`` spares biases,
-            norms, position embeddings and tokens, as timm and DeiT do.
-        clip_grad_norm: the global gradient norm to clip at (1.0 in the ViT paper); ``None``.
-        accumulate: micro-batches per optimizer step (gradient accumulation): each step adds up
-            the gradients of ``accumulate`` micro-batches of about ``batch_size / accumulate``
-            images, weighted so that the sum is the gradient of the whole batch (a BatchNorm
-            still normalises each micro-batch by its own statistics); activation memory is that
-            of one micro-batch. The ViT authors' batch of 512 is 8 micro-batches of 64.
-        repeated_augmentation: DeiT's repeated augmentation: each epoch shows about
-            ``len(train_data) / r`` distinct images ``r`` times each, the copies next to each
-            other in the order (so in the same batch, as DeiT's ``RASampler`` puts them in the
-            same step across its processes), each augmented on its own; the epoch keeps its
-            length. 1 (the default) is plain shuffling.
-        precision: ``"auto"`` (bf16 on recent GPUs, fp16 on older ones, fp32 on the CPU),
-            ``"fp32"``, ``"bf16"`` or ``"fp16"``; ``fit`` resolves ``"auto"`` once, for its device.
+        optimizer: ``"adamw"`` or ``"sgd"`` (momentum 0.9).
+        weight_decay_rule: ``"all"``, or ``"timm"`` (biases, norms, positions, tokens spared).
+        clip_grad_norm: the global gradient norm to clip at (the ViT paper: 1.0); ``None``.
+        accumulate: micro-batches per optimizer step, weighted to the whole batch's gradient.
+        repeated_augmentation: r > 1 shows about ``len(train_data) / r`` images r times each
+            per epoch, side by side in the order (DeiT's ``RASampler``); 1 is plain shuffling.
+        precision: ``"auto"`` (resolved by ``fit`` for its device), ``"fp32"``, ``"bf16"`` or
+            ``"fp16"``.
 
-    A recipe is plain data: two recipes of equal fields are equal and write the same
-    :meth:`to_dict`, however they were made (``Recipe.replace`` and ``dataclasses.replace``
-    alike). A recorded layout that names only some fields names its keys beside its recipe
-    (``to_dict(keys=...)``, as :data:`vitbook.studies.experiments.RECORDED_FIELDS`);
-    :meth:`from_dict` reads either back.
+    Plain data: equal fields give equal recipes and equal :meth:`to_dict`, however made. A
+    recorded layout of some fields uses ``to_dict(keys=...)``; :meth:`from_dict` reads either.
 
     Raises:
         TypeError, ValueError: a field of the wrong type or out of range, named with the fix.
@@ -177,8 +157,8 @@ class Recipe:
 
 
 def check_names(fields: Iterable[str], *, unknown: str, missing: str | None = None) -> None:
-    """Refuse a name that is not a field (``unknown`` begins the message), with the closest
-    fields and the list of them; with ``missing``, refuse fields without ``epochs`` too."""
+    """Refuse a name that is not a field (``unknown`` begins the message), suggesting the
+    closest; with ``missing``, refuse fields without ``epochs`` too."""
     names = Recipe.names()
     listed = f"the recipe's fields are {', '.join(names)}"
     for name in fields:
