@@ -1,8 +1,6 @@
 """How a recording spends its GPU sessions: how many runs share the GPU, how many budgets are left.
 
-:class:`Concurrency` chooses how many runs train side by side by measuring, and
-:func:`budgets_left` says how many more sessions the runs left need at the rate measured.
-``scripts/train_cifar10.py --state`` uses both; the state folder is :mod:`vitbook.studies.session`.
+For ``scripts/train_cifar10.py --state`` (the folder: :mod:`vitbook.studies.session`).
 
 See chapter: Real photos.
 """
@@ -17,13 +15,11 @@ __all__ = ["Concurrency", "budgets_left"]
 
 
 class Concurrency:
-    """How many runs share one GPU, chosen by measuring (see ``scripts/train_cifar10.py``).
+    """How many runs share one GPU, chosen by measuring.
 
-    One run starts alone; its epoch time is the reference. Then one more run at a time joins,
-    and the reference run's epoch time is measured again once the newcomer trains: with ``P``
-    runs slowing it by ``s(P)``, the GPU does ``P / s(P)`` times the work of one run alone. A
-    run joins while that grows by at least :attr:`GAIN`; the first ``P`` that gains less is
-    taken back, and the choice stays. On a CPU one run (they would share its cores).
+    With ``P`` runs slowing the first run's epoch by ``s(P)``, the GPU does ``P / s(P)`` runs'
+    work; runs join one at a time while that grows by at least :attr:`GAIN`, and the first
+    ``P`` that gains less is taken back for good.
 
     Example:
         >>> chooser = Concurrency(most=4)
@@ -52,8 +48,7 @@ class Concurrency:
         """The reference run's epoch time with ``processes`` runs training.
 
         Raises:
-            ValueError / TypeError: ``processes`` not an int >= 1, ``seconds`` not a finite
-                number > 0 (a NaN or a negative time would decide the count).
+            ValueError / TypeError: ``processes`` not an int >= 1, ``seconds`` not finite > 0.
         """
         _checks.integer("processes", processes, minimum=1)
         _checks.real("seconds", seconds, low=0, open_low=True,
@@ -91,21 +86,17 @@ def budgets_left(
 
     Args:
         left: ``(row, seed, epochs left)`` of every unfinished run.
-        epoch_seconds: row -> seconds an epoch took, measured with ``processes`` runs sharing
-            the GPU. A row not measured counts at the slowest measured row of its model kind
-            (the part of its name before the first ``-``) and is named; a kind never measured
-            makes the count unknown (``None``).
-        processes: runs side by side.
-        budget_s: one budget.
-        overhead_s: what a session spends before its first epoch ends (start, compiling).
+        epoch_seconds: row -> an epoch's seconds with ``processes`` runs sharing the GPU; an
+            unmeasured row counts at its model kind's slowest (the name before ``-``), and a
+            kind never measured gives ``None``.
+        overhead_s: what a session spends before its first epoch ends.
 
     Returns:
         ``(budgets or None, the arithmetic in words)``.
 
     Raises:
-        ValueError / TypeError: ``processes`` not an int >= 1, epochs left not an int >= 0, an
-            epoch's seconds or ``budget_s`` not a finite number > 0, ``overhead_s`` not a
-            finite number >= 0.
+        ValueError / TypeError: ``processes`` not an int >= 1, epochs left not an int >= 0,
+            seconds or ``budget_s`` not finite > 0, ``overhead_s`` not finite >= 0.
 
     Example:
         >>> budgets_left([("vit-50", 0, 40), ("vit-50", 1, 50)], {"vit-50": 3.0},

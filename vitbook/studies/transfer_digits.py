@@ -115,11 +115,9 @@ SETTINGS: dict[str, tuple[str, ...]] = {
 
 
 class TransferData:
-    """The digits split for the miniature: pre-training digits, and the new task's four parts.
-
-    ``source``, ``source_test``: ``(images (B, 1, 8, 8), labels (B,))`` of the digits 0 to 4.
-    ``pool`` (labelled examples are drawn from it), ``val`` and ``test``: the digits 5 to 9,
-    relabelled 0 to 4.
+    """The miniature's split, each part ``(images (B, 1, 8, 8), labels (B,))``: ``source`` and
+    ``source_test`` the digits 0 to 4; ``pool`` (to draw labels from), ``val`` and ``test`` the
+    digits 5 to 9, relabelled 0 to 4.
 
     See chapter: Fine-tuning a pretrained ViT.
     """
@@ -170,9 +168,8 @@ def load_transfer_data() -> TransferData:
 
 
 def labelled_subset(labels: torch.Tensor, shots: str, seed: int) -> torch.Tensor:
-    """Indices of ``shots`` labelled examples per class (``"all"``: every one), drawn by ``seed``.
-
-    For one seed the 1-example set lies inside the 5-example set, and so on.
+    """Indices of ``shots`` labelled examples per class (``"all"``: every one), drawn by
+    ``seed``; for one seed, smaller sets lie inside larger ones.
 
     Example:
         >>> labels = torch.arange(3).repeat(4)  # (12,) four of each class
@@ -197,9 +194,8 @@ def labelled_subset(labels: torch.Tensor, shots: str, seed: int) -> torch.Tensor
 
 
 def pretrain(seed: int) -> tuple[VisionTransformer, dict[str, float]]:
-    """Pre-train ``MODEL`` on the digits 0 to 4 with ``PRETRAIN_RECIPE`` and ``seed``.
-
-    Returns ``(model, {"source_test_accuracy", "train_loss", "seconds"})``, in eval mode.
+    """Pre-train ``MODEL`` on the digits 0 to 4 with ``PRETRAIN_RECIPE`` and ``seed``: ``(model
+    in eval mode, {"source_test_accuracy", "train_loss", "seconds"})``.
 
     See chapter: Fine-tuning a pretrained ViT.
     """
@@ -233,9 +229,8 @@ def load_pretrained_digits() -> VisionTransformer:
 
 
 def build(setting: str, pretrained: VisionTransformer | None) -> nn.Module:
-    """The model a setting starts from: random, or ``pretrained`` with a new head (and size).
-
-    ``pretrained`` is copied, never changed; a 12 px setting gives a ``Preprocessed`` model.
+    """The model a setting starts from: random, or a copy of ``pretrained`` with a new head
+    (a 12 px setting: a ``Preprocessed`` model).
 
     See chapter: Fine-tuning a pretrained ViT.
     """
@@ -265,11 +260,9 @@ def build(setting: str, pretrained: VisionTransformer | None) -> nn.Module:
 def train_one(
     setting: str, shots: str, lr: float, seed: int, pretrained: VisionTransformer | None
 ) -> tuple[nn.Module, dict[str, object]]:
-    """Train one setting on ``shots`` labelled examples per class for ``STEPS`` steps.
-
-    (``LONG_STEPS`` for the 1000-step settings.) Batches of 64, or all examples when fewer; a
-    tenth of the epochs warm up, then a cosine. Returns ``(model, {"seed", "lr", "val_accuracy",
-    "train_loss", "train_images", "steps", "seconds"})``; the test digits are not read.
+    """Train one setting on ``shots`` labels per class for ``STEPS`` (or ``LONG_STEPS``) steps:
+    ``(model, {"seed", "lr", "val_accuracy", "train_loss", "train_images", "steps",
+    "seconds"})``; the test digits are not read.
 
     Example:
         >>> model, run = train_one("linear probe", "1", 0.1, 0, load_pretrained_digits())
@@ -309,7 +302,7 @@ def train_one(
 
 
 def evaluate_test(model: nn.Module) -> float:
-    """Accuracy on the 224 test digits 5 to 9: read once per reported run.
+    """Accuracy on the 224 test digits 5 to 9 (read only for reported runs).
 
     See chapter: Fine-tuning a pretrained ViT.
     """
@@ -336,9 +329,7 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
 def summary(
     results: dict[str, object], metric: str = "test_accuracy"
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Spread over seeds per setting and number of labels: ``{setting: {shots: {n, mean, ...}}}``.
-
-    Each entry has ``n``, ``mean``, ``std`` (divisor n - 1), ``min``, ``max`` and the chosen ``lr``.
+    """Spread over seeds: ``{setting: {shots: {n, mean, std, min, max, lr}}}`` (std: n - 1).
 
     Example:
         >>> table = summary(load_results())
@@ -360,9 +351,8 @@ def summary(
 def reproduce(
     results: dict[str, object], setting: str, shots: str, seed: int
 ) -> tuple[dict[str, object], dict[str, object]]:
-    """Re-run one recorded run with its chosen learning rate: ``(stored, rerun)``.
-
-    Seed 0 starts from the shipped pre-trained model, other seeds pre-train again.
+    """Re-run one recorded run with its chosen learning rate: ``(stored, rerun)``; seeds but 0
+    pre-train again.
 
     Raises:
         ValueError: the file has no run for that setting, number of labels and seed.
