@@ -1,9 +1,7 @@
 """vitbook's own model files: a ``VisionTransformer``'s weights and config in one safetensors file.
 
-Loading a safetensors file runs no code. :func:`save_model` stores the ``ViTConfig`` fields as
-JSON under the header's metadata key ``"config"``, beside the caller's string entries;
-:func:`load_model` checks the header against the tensors before building anything.
-safetensors is imported only when a file is read or written.
+:func:`save_model` stores the ``ViTConfig`` as JSON under the metadata key ``"config"``, beside
+the caller's string entries; :func:`load_model` checks the header against the tensors first.
 
 See chapter: Training and classification.
 """
@@ -45,10 +43,9 @@ SCALE = ".int8_scale"  # the tensor beside an int8 weight that holds its rows' s
 def quantize_int8(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
     """Every weight matrix as 8-bit integers with one fp32 scale per output row.
 
-    ``q = round(w / s)`` in -127 .. 127, with ``s = max |w[o]| / 127`` per output row rounded up
-    to 16 significant bits, so ``q * s`` is exact in fp32 and quantizing again gives the same
-    ``q`` and ``s``. Biases, norms, tokens and position embeddings stay. Returns ``(tensors,
-    names)``: scales under ``name + ".int8_scale"``; the names made int8.
+    ``q = round(w / s)`` in -127 .. 127, ``s = max |w[o]| / 127`` rounded up to 16 significant
+    bits (so ``q * s`` is exact in fp32 and quantizing is idempotent); other tensors stay.
+    Returns ``(tensors, names)``: scales under ``name + ".int8_scale"``; the names made int8.
 
     Example:
         >>> packed, names = quantize_int8({"fc.weight": torch.tensor([[0.5, -1.0], [2.0, 0.1]]),
@@ -110,17 +107,13 @@ def save_model(
 ) -> None:
     """Write a ``VisionTransformer``'s weights and config to a safetensors file, atomically.
 
-    An existing vitbook model file is replaced; any other file only with ``overwrite=True``.
-    ``int8=True`` stores weight matrices by :func:`quantize_int8`. ``**metadata``: further
-    string entries (``"config"`` is reserved).
+    Replaces a vitbook model file, any other only with ``overwrite=True``. ``int8=True``: weight
+    matrices by :func:`quantize_int8`. ``**metadata``: string entries (not ``"config"``).
 
     Raises:
-        TypeError: ``model`` is not a ``VisionTransformer``, a metadata value is not a str, or
-            ``path`` is not a path.
-        ValueError: a reserved metadata key, a model without values (on the meta device), or
-            ``path`` is a folder.
-        ExistingFileError: ``path`` exists and is not a vitbook model (a FileExistsError and a
-            ValueError); pass ``overwrite=True`` to replace it.
+        TypeError: not a ``VisionTransformer``, a metadata value not a str, ``path`` not a path.
+        ValueError: a reserved key, a model on the meta device, ``path`` a folder.
+        ExistingFileError: ``path`` exists and is not a vitbook model.
 
     Example:
         >>> import tempfile
@@ -221,14 +214,12 @@ def read_metadata(path: str | Path = DIGITS_VIT_PATH) -> dict[str, str]:
 def read_weights(path: str | Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
     """Any safetensors file's string metadata and its tensors, on the CPU, as saved.
 
-    For model files that are not a ``VisionTransformer`` (a teacher CNN, say); the caller checks
-    that the tensors fit its model. A ViT file is read by :func:`load_model`.
+    For models that are not a ``VisionTransformer`` (a teacher CNN); the caller checks the fit.
 
     Raises:
         TypeError: ``path`` is not a path.
         FileNotFoundError: there is no such file.
-        ValueError: the file is a folder, or not a readable safetensors file (named; safetensors'
-            own error is the ``__cause__``).
+        ValueError: a folder, or not a readable safetensors file (named).
 
     Example:
         >>> metadata, tensors = read_weights(DIGITS_VIT_PATH)
@@ -248,9 +239,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> VisionTr
     Raises:
         TypeError: ``path`` is not a path, or ``device`` not a device.
         FileNotFoundError: there is no such file.
-        ValueError: anything wrong with the file, naming it: not safetensors (foreign or
-            truncated), no or bad ``"config"`` entry, tensors that do not match the config
-            (missing, extra, misshapen), non-float or non-finite weights.
+        ValueError: not safetensors, no or bad ``"config"``, tensors that do not match it,
+            non-float or non-finite weights; naming the file.
 
     Example:
         >>> import tempfile

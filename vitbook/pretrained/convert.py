@@ -24,11 +24,9 @@ A distilled DeiT (``model_type="deit"``) has the same layers under ``deit.``, an
     cls_classifier                                    head
     distillation_classifier                           head_dist
 
-A DeiT config converts to ``distilled=True``; ``DeiTForImageClassification``'s single
-``classifier`` is refused by name. transformers 5's in-memory names (``vit.layers.{i}...``) are
-accepted too; a ``ViTModel`` gives ``num_classes=0``. Hugging Face's ``layer_norm_eps`` (1e-12)
-becomes ``ViTConfig.norm_eps`` (timm: 1e-6). A key with no place, a missing parameter or a shape
-that does not fit raises a ``ValueError`` naming every such key.
+A DeiT config converts to ``distilled=True`` (``DeiTForImageClassification``'s one
+``classifier`` is refused); transformers 5's names (``vit.layers.{i}...``) are accepted; a
+``ViTModel`` gives ``num_classes=0``; ``layer_norm_eps`` becomes ``ViTConfig.norm_eps``.
 
 See chapter: A pretrained ViT.
 """
@@ -129,13 +127,13 @@ def from_timm_state_dict(
 ) -> VisionTransformer:
     """A ``VisionTransformer`` holding a timm ViT's weights, in eval mode.
 
-    The names are the same, so this only checks keys and shapes. ``config`` is a ``ViTConfig``
-    or a preset name such as ``"ViT-B/16"`` (a timm state dict does not say the number of heads).
+    The names are the same, so keys and shapes are only checked. ``config``: a ``ViTConfig`` or a
+    preset name such as ``"ViT-B/16"`` (a state dict does not say the number of heads).
 
     Raises:
-        TypeError: ``state_dict`` is not a mapping of tensors, or ``config`` is neither type.
-        ValueError: unexpected keys (timm extras such as ``fc_norm``, ``reg_token`` or layer scale
-            are not part of the paper's ViT), missing keys, or shapes that do not fit.
+        TypeError: ``state_dict`` not a mapping of tensors, ``config`` neither type.
+        ValueError: unexpected keys (timm extras such as ``fc_norm``), missing keys, or shapes
+            that do not fit.
 
     Example:
         >>> source = VisionTransformer(ViTConfig(img_size=32, patch_size=8, embed_dim=24,
@@ -197,13 +195,12 @@ def from_hf_state_dict(
     """A ``VisionTransformer`` holding a Hugging Face ViT's or DeiT's weights, in eval mode.
 
     Takes a ``ViTForImageClassification``, ``ViTModel``, ``DeiTForImageClassificationWithTeacher``
-    or ``DeiTModel`` state dict, and its config (a ``transformers`` config or the dict of its
-    ``config.json``).
+    or ``DeiTModel`` state dict and its config (``transformers``' or ``config.json``'s dict).
 
     Raises:
         TypeError: the arguments are not a mapping of tensors and a config.
-        ValueError: keys the model has no place for (each named, e.g. a ``pooler``), missing
-            parameters, shapes that do not fit the config, or a config vitbook cannot build.
+        ValueError: keys with no place (each named), missing parameters, shapes that do not fit,
+            or a config vitbook cannot build.
 
     Example:
         >>> source = VisionTransformer(ViTConfig(img_size=32, patch_size=8, embed_dim=24,

@@ -1,11 +1,9 @@
 """Trained weights: a small digits ViT shipped with the package, and real ViTs from the Hub.
 
-The shipped models are safetensors files in ``vitbook/assets`` (loading one runs no code); their
-metadata hold the ``ViTConfig`` fields (``"config"``), the recipe and the measured
-``"validation_accuracy"`` and ``"test_accuracy"``. ``scripts/train_digits_vit.py`` reproduces
-them. :func:`load_pretrained` converts a Hugging Face ViT checkpoint (``pip install
-"vitbook[pretrained]"``) into vitbook's own ``VisionTransformer``, and raises
-:class:`PretrainedUnavailableError` when it cannot be had.
+The shipped models are safetensors files in ``vitbook/assets`` whose metadata hold the
+``ViTConfig`` (``"config"``), the recipe and the measured accuracies. :func:`load_pretrained`
+converts a Hugging Face ViT checkpoint (``pip install "vitbook[pretrained]"``) into vitbook's
+``VisionTransformer``.
 
 See chapters: Training and classification; A pretrained ViT; Fine-tuning a pretrained ViT.
 """
@@ -50,10 +48,8 @@ def load_digits_vit(
 ) -> VisionTransformer:
     """The ViT trained on the digits of :func:`vitbook.data.load_digits_split`, in eval mode.
 
-    It maps (B, 1, 8, 8) grey digits in [0, 1] (a 4 x 4 grid of 2 x 2 patches) to (B, 10) logits.
-    ``variant="mean"`` (``DIGITS_VIT_PATH``, the chapters' model) mean-pools the patch tokens;
-    ``"cls"`` (``DIGITS_VIT_CLS_PATH``) reads the class token. The accuracies are in the file's
-    metadata (:func:`read_metadata`).
+    It maps (B, 1, 8, 8) digits in [0, 1] to (B, 10) logits. ``variant="mean"``
+    (``DIGITS_VIT_PATH``) mean-pools the patch tokens; ``"cls"`` reads the class token.
 
     Raises:
         ValueError: an unknown ``variant``.
@@ -80,10 +76,9 @@ def load_digits_vit(
 def load_cifar10_vit(device: str | torch.device = "cpu") -> torch.nn.Sequential:
     """The ViT trained on CIFAR-10 on a CPU, in eval mode, taking photos in [0, 1].
 
-    Returns ``nn.Sequential(Normalize(mean, std), VisionTransformer)`` (D = 192, 6 blocks, 4 x 4
-    patches), mapping (B, 3, 32, 32) to (B, 10) logits in the order of
-    :data:`vitbook.data.cifar.CIFAR10_CLASSES`. The file stores int8 weights with a scale per
-    row (:func:`vitbook.pretrained.checkpoints.quantize_int8`) and its accuracies in the metadata.
+    Returns ``nn.Sequential(Normalize(mean, std), VisionTransformer)``, mapping (B, 3, 32, 32)
+    to (B, 10) logits in the order of :data:`vitbook.data.cifar.CIFAR10_CLASSES`; the file
+    holds int8 weights (:func:`vitbook.pretrained.checkpoints.quantize_int8`).
 
     Example:
         >>> model = load_cifar10_vit()
@@ -165,11 +160,8 @@ class PretrainedViT:
                              open_low=True, fix=f"use {field} of the model's training data")
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
-        """Images in [0, 1], (B, C, H, W) or (C, H, W), resized to the model's size, normalised.
-
-        Bilinear with antialiasing, not keeping the aspect ratio: crop first. Returns
-        (B, C, H', W') with (H', W') = ``model.config.img_size``.
-        """
+        """Images in [0, 1], (B, C, H, W) or (C, H, W), resized (bilinear, antialiased; crop
+        first to keep the aspect) to (B, C, *``model.config.img_size``) and normalised."""
         if not isinstance(images, torch.Tensor) or not images.is_floating_point():
             raise TypeError(
                 f"images must be a float tensor with values in [0, 1], got "
@@ -297,30 +289,26 @@ def load_pretrained(
 ) -> PretrainedViT:
     """A Hugging Face ViT checkpoint as vitbook's own ``VisionTransformer``, with class names.
 
-    Reads ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin`` with
-    ``weights_only=True``) and ``preprocessor_config.json`` from a local folder or the Hub.
+    Reads ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``, tensors only) and
+    ``preprocessor_config.json`` from a local folder or the Hub.
 
     Args:
         name: a Hub repository such as ``"google/vit-base-patch16-224"``, or a local folder.
-        revision: a branch, tag or commit; ``main`` by default.
         local_files_only: read the cache only, never the network.
-        num_classes: replace the head by a new zero-initialised one with this many classes;
-            ``None`` keeps the checkpoint's.
-        class_names: names for the new head's classes (one per class); without them, with
-            ``num_classes``, they are ``"class 0"``, ``"class 1"``, ...
+        num_classes: a new zero-initialised head of this many classes; ``None`` keeps the
+            checkpoint's.
+        class_names: the new head's names; by default ``"class 0"``, ``"class 1"``, ...
         **overrides: ``ViTConfig`` fields to change, e.g. ``attn_impl="sdpa"``.
 
     Returns:
-        A :class:`PretrainedViT` with ``mean`` and ``std`` of the preprocessor config (0.5 when
-        there is none), also with a new head.
+        A :class:`PretrainedViT`, ``mean`` and ``std`` from the preprocessor config (else 0.5).
 
     Raises:
         PretrainedUnavailableError: offline with no cached copy, or huggingface_hub missing.
         ValueError: an unknown repository or revision; missing, invalid or non-finite files; a
-            pickle holding more than tensors (never unpickled); a config that does not match
-            the weights; weights that do not convert (:func:`from_hf_state_dict`).
+            pickle holding more than tensors; a config that does not match the weights;
+            ``class_names`` without ``num_classes`` or not one per class.
         TypeError: a mistyped argument or config entry, or ``class_names`` as one str.
-        ValueError: ``class_names`` without ``num_classes`` or not one per class.
 
     Example:
         >>> import tempfile

@@ -33,10 +33,8 @@ __all__ = [
     "with_preprocessing",
 ]
 
-# The paper's fine-tuning recipe (Appendix B.1.1 and Table 4) as arguments of vitbook.train.fit:
-# SGD with momentum 0.9 (fit's "sgd"), no weight decay, gradient clipping at global norm 1, and
-# fit's cosine decay. The paper's batch of 512, its 10,000 steps for CIFAR-10 and its learning
-# rates {0.001, 0.003, 0.01, 0.03} (chosen on 2% of the training set) depend on the run.
+# The paper's fine-tuning recipe (Appendix B.1.1, Table 4) as fit's fields; batch size, steps and
+# learning rate depend on the run.
 FINETUNE_RECIPE: dict[str, object] = {
     "optimizer": "sgd",
     "weight_decay": 0.0,
@@ -46,9 +44,7 @@ FINETUNE_RECIPE: dict[str, object] = {
 
 @dataclass(frozen=True)
 class Frozen:
-    """What :func:`freeze_body` froze and what it left trainable, by parameter name.
-
-    ``frozen_numbers`` and ``trainable_numbers`` count elements.
+    """What :func:`freeze_body` froze and left trainable, by name; ``*_numbers`` count elements.
 
     Example:
         >>> Frozen(("pos_embed",), ("head.weight", "head.bias"), 96, 4).trainable_share
@@ -82,8 +78,8 @@ class Frozen:
 def freeze_body(model: VisionTransformer) -> Frozen:
     """Leave only the classification head trainable: the model becomes a linear probe.
 
-    Sets ``requires_grad=False`` on every parameter outside ``model.head`` (and ``head_dist``);
-    ``model.requires_grad_(True)`` undoes it. Returns a :class:`Frozen` listing both groups.
+    Every parameter outside ``head`` (and ``head_dist``) gets ``requires_grad=False``
+    (``model.requires_grad_(True)`` undoes it); returns a :class:`Frozen`.
 
     Raises:
         TypeError: ``model`` is not a ``VisionTransformer``.
@@ -129,9 +125,8 @@ def freeze_body(model: VisionTransformer) -> Frozen:
 class Preprocess(Normalize):
     """Resize images to a model's size, then normalise each channel: a checkpoint's preprocessing.
 
-    :meth:`vitbook.pretrained.PretrainedViT.preprocess` as a layer (bilinear with antialiasing,
-    then ``(x - mean) / std``); ``size`` is (H, W) or one int. ``mean`` and ``std`` are
-    non-persistent buffers. Shapes: (B, C, H_in, W_in) -> (B, C, H, W).
+    :meth:`vitbook.pretrained.PretrainedViT.preprocess` as a layer; ``size`` is (H, W) or one int.
+    Shapes: (B, C, H_in, W_in) -> (B, C, H, W).
 
     Raises:
         ValueError: ``mean`` and ``std`` of different lengths, a non-positive ``std`` or size;
@@ -198,9 +193,8 @@ class Preprocessed(nn.Module):
 
 
 def with_preprocessing(pretrained: PretrainedViT) -> Preprocessed:
-    """The model of ``pretrained`` with its own resizing and normalisation in front.
-
-    Shares its weights with ``pretrained.model`` and takes images in [0, 1] of any size.
+    """``pretrained.model`` (its weights shared) behind its own resizing and normalisation:
+    images in [0, 1] of any size in.
 
     Raises:
         TypeError: ``pretrained`` is not a :class:`vitbook.pretrained.PretrainedViT`.
@@ -231,10 +225,9 @@ def change_resolution(
 ) -> VisionTransformer:
     """A copy of ``model`` for another image size: same patches, more (or fewer) of them.
 
-    Learned position embeddings are interpolated in 2D (:func:`vitbook.resample_pos_embed`,
-    class token row kept; ``mode`` ``"bicubic"``, ``"bilinear"`` or ``"nearest"``); a sine-cosine
-    table is rebuilt. The copy keeps device, dtype, mode and frozen parameters; only
-    ``config.img_size`` differs.
+    Learned position embeddings are interpolated in 2D by ``mode``
+    (:func:`vitbook.resample_pos_embed`), a sine-cosine table rebuilt; device, dtype, mode and
+    frozen parameters are kept.
 
     Raises:
         TypeError: ``model`` is not a ``VisionTransformer``.
