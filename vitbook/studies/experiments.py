@@ -10,12 +10,9 @@ over ``EXPERIMENTS`` and seeds; the chapters read it with :func:`load_results` a
 - ``"data_size"``: the ViT against a CNN of similar size on 10 % .. 100 % of the training part.
 - ``"augmentation"``: ``RECIPE`` with and without its one-pixel shifts, ViT and CNN.
 
-Every run trains ``BASE_VIT`` with the setting's changes (or the CNN) with ``RECIPE`` and
-``random_shift(1)`` on the training part of ``load_digits_split(validation=True)``, on one CPU
-thread with deterministic algorithms; it records the validation accuracy (what settings are
-ranked by), the validation images moved one pixel right, and the test accuracy (quoted only for
-the setting chosen on validation). What the results can and cannot show: the chapter
-*Training and classification*.
+Every run trains ``BASE_VIT`` with the setting's changes (or the CNN) by ``RECIPE`` on the
+training part of ``load_digits_split(validation=True)``, on one CPU thread, deterministically.
+What the results can and cannot show: the chapter *Training and classification*.
 
 See chapters: Training and classification; Positional encodings; Images as sequences of patches.
 """
@@ -181,10 +178,8 @@ def _moved_right(images: torch.Tensor) -> torch.Tensor:
 
 
 def run_one(setting: dict[str, object], seed: int) -> dict[str, object]:
-    """Train the setting's model with ``RECIPE`` and ``seed`` on one CPU thread; measure it.
-
-    Trains on the training part (or its ``fraction``, :func:`training_subset`); the seed sets the
-    initial weights and the order and augmentation.
+    """Train the setting's model with ``RECIPE`` and ``seed`` (weights, order, augmentation)
+    on the training part or its ``fraction`` (:func:`training_subset`); measure it.
 
     Returns:
         ``{"seed", "validation_accuracy", "moved_validation_accuracy", "test_accuracy",
@@ -262,10 +257,9 @@ def time_training_step(setting: dict[str, object], *, repeats: int = 30) -> floa
 
 
 def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
-    """The stored results as plain dicts: ``provenance``, ``recipe``, ``base_vit``, ``experiments``.
-
-    ``experiments[name]`` has ``description``, ``settings`` (label -> changed fields) and
-    ``runs`` (label -> a list of :func:`run_one` dicts, one per seed).
+    """The stored results: ``provenance``, ``recipe``, ``base_vit``, and ``experiments[name]``
+    with ``description``, ``settings`` (label -> fields) and ``runs`` (label -> :func:`run_one`
+    dicts, one per seed).
 
     Example:
         >>> results = load_results()

@@ -1,9 +1,7 @@
 """A recording that spans many short GPU sessions: its state folder, the runs left, the budget.
 
 ``scripts/train_cifar10.py --state DIR --minutes M`` records runs ``(row, seed)`` in sessions of
-``M`` minutes, on machines that may start bare, as long as ``DIR`` and the data file travel:
-
-.. code-block:: text
+``M`` minutes, on machines that may start bare, as long as ``DIR`` and the data file travel::
 
     DIR/plan.json                   what every run shares (data checksum, code version, torch,
                                     precision, compiling, model size, overrides)
@@ -380,8 +378,7 @@ class StopRequest:
 
 @contextlib.contextmanager
 def hard_deadline(deadline: float | None, clock: Callable[[], float] = time.monotonic):
-    """Raise :class:`OutOfTime` in the main thread when ``clock()`` reaches ``deadline``
-    (``None``: never).
+    """Raise :class:`OutOfTime` in the main thread at ``clock() == deadline`` (``None``: never).
 
     See chapter: Real photos.
     """

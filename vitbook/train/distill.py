@@ -15,10 +15,8 @@ CE a cross-entropy with optional label smoothing. The KL is sum_c p_t log(p_t / 
 code, divided by B * n_cls (``kl_reduction="mean"``) or by B (``"batchmean"``). Why tau^2 and
 the untrained head of ``"none"``: the chapter *Can a ViT beat the CNN that taught it?*.
 
-The teacher is kept in eval mode and frozen (at the first call that trains); its logits are
-computed under ``torch.no_grad()`` in the caller's autocast. Checked once, in eager mode: a
-student that depends on the teacher's parameters, non-finite first teacher logits, and (soft)
-teacher probabilities; a later non-finite teacher logit makes the loss NaN.
+The teacher is kept in eval mode and frozen; its logits are computed without gradients in the
+caller's autocast. A later non-finite teacher logit makes the loss NaN.
 
 See chapter: Can a ViT beat the CNN that taught it?
 """
@@ -38,7 +36,8 @@ KL_REDUCTIONS = ("mean", "batchmean")  # DeiT's B * n_cls, or the per-image KL (
 
 
 class DistillationLoss(nn.Module):
-    """DeiT's distillation loss around a frozen teacher: ``loss(outputs, targets, images)``.
+    """DeiT's distillation loss around a frozen teacher: ``loss(outputs, targets, images)``, a
+    float32 scalar.
 
     Args:
         teacher: maps the student's images (B, C, H, W) to (B, n_cls) logits (e.g. a trained
@@ -50,16 +49,13 @@ class DistillationLoss(nn.Module):
         tau: the soft temperature, > 0 (DeiT: 1.0).
         kl_reduction: ``"mean"`` over B * n_cls (DeiT's) or ``"batchmean"`` (n_cls times larger).
         label_smoothing: of the cross-entropy on the true labels (DeiT: 0.1).
-        single_head: True for a model with one output that gets both terms (the paper's Table
-            3 without a distillation token); False for a distilled ViT's ``(class, dist)`` pair.
+        single_head: True for a model with one output that gets both terms (the paper's
+            Table 3 without a distillation token).
 
     Call:
         outputs: two (B, n_cls) tensors, or one with ``single_head=True`` or ``"none"``.
         targets: (B,) class indices, or (B, n_cls) soft targets.
         images: the (B, C, H, W) batch the student saw, augmentation included.
-
-    Returns:
-        A scalar loss (float32).
 
     Raises:
         TypeError: a teacher that is not an ``nn.Module``; outputs of the wrong form.
