@@ -91,9 +91,8 @@ MODEL: dict[str, object] = {
     "attn_impl": "sdpa",
 }
 PRETRAIN_RECIPE = RECIPE  # the experiments' recipe: the digits' one pre-training recipe
-# Every method sees the same random shifts of up to 1 pixel (random_shift(1)) and STEPS steps;
-# its learning rate is chosen on the validation digits from LR_GRID, a grid wide enough that the
-# choice falls inside it (a choice at its edge would ask for a wider grid).
+# Every method trains STEPS steps with random_shift(1); its learning rate is chosen on the
+# validation digits from LR_GRID (a choice at the grid's edge would ask for a wider grid).
 METHODS: dict[str, dict[str, object]] = {
     "scratch": {"optimizer": "adamw", "weight_decay": 0.05, "label_smoothing": 0.1},
     "linear probe": dict(FINETUNE_RECIPE),
