@@ -15,30 +15,50 @@ careless command:
   say) leaves the old file as it was and no temporary file behind.
 - :func:`read_json` reads a results file with errors that name it and say what to do;
   :func:`check_finite` refuses, before a run trains, a file it could not write back (a NaN).
+- :func:`hold` takes a file for one writer at a time (an OS lock on ``.NAME.lock`` beside it,
+  released by the system when its process ends, even killed); :func:`update_json` reads,
+  changes and writes a results file under it, so two runs on one file lose no run.
+  :func:`new_path` reserves the name it returns, so two runs started in the same second never
+  share a default output.
 
 See chapter: Real photos.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
 import errno
 import json
 import math
 import os
+import socket
+import sys
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+if os.name == "nt":  # pragma: no cover - the tests run on POSIX
+    import msvcrt
+else:
+    import fcntl
 
 __all__ = [
     "ASSETS",
+    "FileHeldError",
     "ResultsFileError",
     "ShippedFileError",
     "check_finite",
     "check_output",
+    "hold",
     "is_shipped",
+    "lock_path",
     "new_path",
     "read_json",
+    "update_json",
     "write_bytes",
     "write_json",
     "write_with",
@@ -49,6 +69,14 @@ ASSETS = Path(__file__).parent / "assets"
 
 class ResultsFileError(ValueError):
     """A results file that exists but cannot be read as results; the message names it.
+
+    See chapter: Real photos.
+    """
+
+
+class FileHeldError(OSError):
+    """A file that another process holds (:func:`hold`); the message names the file, that
+    process (pid, host, command, since when) and what to do.
 
     See chapter: Real photos.
     """
@@ -78,23 +106,62 @@ def new_path(folder: str | os.PathLike, stem: str, suffix: str = ".json") -> Pat
     """A file name in ``folder`` that does not exist yet: ``stem-YYYYmmddTHHMMSSZ.suffix``.
 
     A later run gets another name (``-2``, ``-3``... within the same second), so a script's
-    default output never replaces an earlier one.
+    default output never replaces an earlier one. The name is reserved atomically (a hidden
+    ``.NAME.new`` made with ``O_EXCL``), so two runs started in the same second get two names;
+    the file itself is not made. The reservation goes when :func:`write_with` writes the file,
+    or when the process exits without writing it.
 
     Example:
         >>> import tempfile
         >>> path = new_path(tempfile.mkdtemp(), "ladder")
         >>> path.name.startswith("ladder-") and path.suffix == ".json" and not path.exists()
         True
+        >>> write_json(path, {}); sorted(p.name for p in path.parent.iterdir()) == [path.name]
+        True
 
     See chapter: Real photos.
     """
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = Path(folder) / f"{stem}-{stamp}{suffix}"
-    count = 2
-    while path.exists():
-        path = Path(folder) / f"{stem}-{stamp}-{count}{suffix}"
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        made = True
+    except OSError:
+        made = False
+    count = 1
+    while True:
+        path = folder / f"{stem}-{stamp}{f'-{count}' if count > 1 else ''}{suffix}"
         count += 1
-    return path
+        if path.exists():
+            continue
+        if not made:
+            return path
+        try:
+            handle = os.open(_reservation(path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        except FileExistsError:
+            continue
+        except OSError:  # an unwritable folder: check_output names it
+            return path
+        os.write(handle, f"{os.getpid()}\n".encode())
+        os.close(handle)
+        if not _RESERVED:
+            atexit.register(_unreserve)
+        _RESERVED.append(path)
+        return path
+
+
+_RESERVED: list[Path] = []  # names this process reserved, freed at exit if never written
+
+
+def _unreserve() -> None:
+    for path in _RESERVED:
+        if not path.exists():
+            _reservation(path).unlink(missing_ok=True)
+
+
+def _reservation(path: Path) -> Path:
+    """The hidden file that reserves a name :func:`new_path` gave out."""
+    return path.with_name(f".{path.name}.new")
 
 
 def check_output(
@@ -221,6 +288,7 @@ def write_with(
         finally:
             os.close(handle)
         os.replace(temporary, path)
+        _reservation(path).unlink(missing_ok=True)  # the name is taken by the file now
     except BaseException as error:
         written = temporary.stat().st_size if temporary.exists() else 0
         temporary.unlink(missing_ok=True)
@@ -385,3 +453,144 @@ def read_json(path: str | os.PathLike, *, remedy: str) -> dict:
             f"{restore}"
         )
     return data
+
+
+# --- one writer at a time ------------------------------------------------------------------------
+
+_HELD: dict[tuple[str, int], int] = {}  # (lock file, thread) -> depth: a thread may re-enter
+
+
+def lock_path(path: str | os.PathLike) -> Path:
+    """The lock file of ``path`` for :func:`hold`: ``.NAME.lock`` beside it."""
+    path = Path(path).expanduser()
+    return path.with_name(f".{path.name}.lock")
+
+
+def _try_lock(handle: int) -> bool:
+    """Take the OS's exclusive lock on an open file without waiting; whether it was taken."""
+    try:
+        if os.name == "nt":  # pragma: no cover - a byte far past the holder's note
+            os.lseek(handle, 1 << 30, os.SEEK_SET)
+            msvcrt.locking(handle, msvcrt.LK_NBLCK, 1)
+        else:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK, errno.EDEADLK):
+            return False
+        raise
+    return True
+
+
+def _holder(lock: Path) -> str:
+    """Who holds ``lock``, in words, from the note its holder wrote into it."""
+    try:
+        note = json.loads(lock.read_text(encoding="utf-8"))
+        return (f"process {note['pid']} on {note['host']} ({note['command']}), holding it "
+                f"since {note['since']}")  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that has not yet written who it is (it is starting)"
+
+
+@contextlib.contextmanager
+def hold(path: str | os.PathLike, *, wait: bool | float = False) -> Iterator[Path]:
+    """Hold ``path`` for this process alone while the ``with`` block runs.
+
+    Takes the system's exclusive lock (``flock``; ``msvcrt.locking`` on Windows) on
+    ``.NAME.lock`` beside ``path`` and writes into it who holds it (pid, host, command, since).
+    The system releases it when the process ends, even killed, so a dead holder never blocks.
+    The same thread may hold a path again inside its block; a process forked while holding
+    shares the lock until it ends.
+
+    Args:
+        path: the file (or folder) to hold; it need not exist.
+        wait: ``False`` refuses at once if another process holds it; ``True`` waits as long as
+            it takes, saying once on stderr for whom; a number waits that many seconds.
+
+    Raises:
+        FileHeldError: another process holds ``path`` (and ``wait`` ran out), naming it.
+
+    Example:
+        >>> import tempfile
+        >>> results = Path(tempfile.mkdtemp()) / "results.json"
+        >>> with hold(results) as lock:
+        ...     json.loads(lock.read_text())["pid"] == os.getpid()
+        True
+
+    See chapter: Real photos.
+    """
+    lock = lock_path(path)
+    key = (str(lock.resolve()), threading.get_ident())  # only this thread touches its key
+    handle = None if _HELD.get(key) else _acquire(lock, path, wait)
+    _HELD[key] = _HELD.get(key, 0) + 1
+    try:
+        yield lock
+    finally:
+        _HELD[key] -= 1
+        if handle is not None:
+            del _HELD[key]
+            if os.name != "nt":  # removed while locked: a waiter that opened it sees it go
+                lock.unlink(missing_ok=True)
+            os.close(handle)  # releases the lock
+
+
+def _acquire(lock: Path, path: str | os.PathLike, wait: bool | float) -> int:
+    """Open and lock ``lock`` as ``wait`` says; the handle, the holder's note written in it."""
+    deadline = None if wait is True else time.monotonic() + (0.0 if wait is False else wait)
+    said = False
+    while True:
+        try:
+            handle = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(f"cannot lock {path}: its folder {lock.parent} does not "
+                                    "exist; make it first.") from error  # fmt: skip
+        if _try_lock(handle):
+            with contextlib.suppress(FileNotFoundError):  # a holder removes it before unlocking
+                if os.name == "nt" or os.stat(lock).st_ino == os.fstat(handle).st_ino:
+                    break
+            os.close(handle)
+            continue
+        os.close(handle)
+        who = _holder(lock)
+        if deadline is not None and time.monotonic() >= deadline:
+            waited = "" if wait is False else f" after waiting {wait} s"
+            raise FileHeldError(
+                errno.EAGAIN,
+                f"{path} is in use{waited}: {who} (lock file {lock}). Two writers at once "
+                "would lose one's runs. Wait for it to finish, or write elsewhere; if that "
+                "process is yours and stuck, stop it (kill PID): the system then releases "
+                "the lock, so never delete the lock file by hand.",
+            )
+        if not said:
+            said = print(f"waiting for {path}: {who}", file=sys.stderr, flush=True) or True
+        time.sleep(0.02)
+    since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    note = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv),
+            "since": since}  # fmt: skip
+    os.ftruncate(handle, 0)
+    os.lseek(handle, 0, os.SEEK_SET)
+    os.write(handle, (json.dumps(note) + "\n").encode())
+    return handle
+
+
+def update_json(path: str | os.PathLike, change: Callable[[dict | None], dict], *, remedy: str,
+                wait: bool | float = True) -> dict:  # fmt: skip
+    """Read ``path``, let ``change`` make its new content, write it: all under :func:`hold`.
+
+    ``change`` gets what the file holds *now* (``None`` if nothing yet), including what another
+    run wrote meanwhile, and returns what to write, which is also returned.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "results.json"
+        >>> def add(run):
+        ...     return lambda data: {"runs": (data or {"runs": []})["runs"] + [run]}
+        >>> _ = update_json(path, add(1), remedy=""); update_json(path, add(2), remedy="")
+        {'runs': [1, 2]}
+
+    See chapter: Real photos.
+    """
+    with hold(path, wait=wait):
+        data = read_json(path, remedy=remedy) if Path(path).exists() else None
+        new = change(data)
+        write_json(path, new)
+    return new
