@@ -330,7 +330,7 @@ def test_a_session_that_fails_still_ends_its_provenance_entry(script, small, tmp
     def broken(*args):
         raise RuntimeError("the GPU fell off the bus")
 
-    monkeypatch.setattr(script, "one_session", broken)
+    monkeypatch.setattr(script.sessions, "one_session", broken)
     with pytest.raises(RuntimeError, match="fell off the bus"):
         script.main([*SMALL, "--state", str(folder)])
     entry = results(folder)["provenance"][-1]

@@ -2,6 +2,8 @@
 
 - :func:`spread` is what every results file's summary reports per setting: the seeds' count,
   mean, standard deviation, minimum and maximum.
+- :func:`check_summable` refuses runs that cannot be averaged per row (no accuracy, a seed that
+  is not a number, a percentage, a run twice).
 - :func:`check_together` refuses to join ladder runs that do not belong together (other data,
   device, epochs or recipe, or a row and seed twice); :func:`join` joins them, keeping every
   provenance entry.
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 
 from vitbook._files import ResultsFileError
 
-__all__ = ["check_together", "join", "spread"]
+__all__ = ["check_summable", "check_together", "join", "spread"]
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
@@ -61,6 +63,43 @@ def spread(values: Sequence[float]) -> dict[str, float]:
         "min": min(values),
         "max": max(values),
     }
+
+
+def check_summable(runs: list) -> None:
+    """Runs ``ladder.summarize`` can average: a row, an integer seed and both accuracies as
+    fractions in [0, 1] each, and no (row, seed) twice; else a TypeError / ValueError naming the
+    run."""
+    accuracies = ("final_val_accuracy", "test_accuracy")
+    seen: dict[tuple[str, int], int] = {}
+    for i, run in enumerate(runs):
+        missing = [key for key in ("row", "seed", *accuracies) if key not in run]
+        if missing:
+            raise ValueError(
+                f"run {i} lacks {missing}; summarize reads each run's row, seed, "
+                "final_val_accuracy and test_accuracy, as scripts/train_cifar10.py writes them."
+            )
+        row, seed = run["row"], run["seed"]
+        where = f"run {i} (row {row!r} seed {seed!r})"
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(
+                f"{where} has a seed of type {type(seed).__name__}; seeds are integers (seed '0' "
+                "and 0 would count as two seeds): write it as a number."
+            )
+        for key in accuracies:
+            value = run[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{where} has {key}={value!r}, not a number; fix the run.")
+            if not 0 <= value <= 1:  # NaN too
+                raise ValueError(
+                    f"{where} has {key}={value!r}; accuracies here are fractions in [0, 1] (79 % "
+                    "is 0.79): divide percentages by 100, or fix the run."
+                )
+        if (row, seed) in seen:
+            raise ValueError(
+                f"row {row!r} seed {seed} comes twice (runs {seen[row, seed]} and {i}): one run "
+                "would count as two seeds. Keep one of them."
+            )
+        seen[row, seed] = i
 
 
 def _layout(part: dict, name: str) -> None:
@@ -211,3 +250,4 @@ def join(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = False, note: 
         joined["joins"] += part.get("joins", [])
     joined["joins"].append({**note, "allow_mixed": allow_mixed})
     return joined
+
