@@ -253,7 +253,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
 
 
 def merge_only(args, parser: argparse.ArgumentParser) -> None:
-    """Refuse with --merge every option that only a session reads."""
+    """Refuse with --merge every option that only a session or a training command reads."""
     ignored = [flag for flag, given in (
         ("--state", args.state is not None), ("--minutes", args.minutes is not None),
         ("--save-every", args.save_every is not None), ("--plan-only", args.plan_only))
@@ -263,6 +263,19 @@ def merge_only(args, parser: argparse.ArgumentParser) -> None:
         parser.error(f"--merge joins result files and trains nothing, so {flags} would be "
                      "ignored; merge in a command of its own (a state folder's "
                      "STATE/results.json merges as any results file).")  # fmt: skip
+    ignored = [flag for flag, given in (
+        ("--rows", args.rows is not None), ("--seeds", args.seeds is not None),
+        ("--epochs", args.epochs is not None), ("--batch-size", args.batch_size is not None),
+        ("--tiny", args.tiny), ("--inside", args.inside is not None),
+        ("--save-dir", args.save_dir is not None), ("--teacher-dir", args.teacher_dir is not None),
+        ("--data", args.data is not None), ("--standin", args.standin),
+        ("--download", args.download)) if given]  # fmt: skip
+    if ignored:
+        flags = " and ".join(ignored)
+        parser.error(f"--merge joins result files and trains nothing, so {flags} would be "
+                     "ignored: a merge keeps every run of its files, whatever their rows, seeds "
+                     "or epochs. Merge in a command of its own, and train the runs you want in "
+                     "another.")  # fmt: skip
 
 
 def check_teachers(args, parser: argparse.ArgumentParser, saved) -> None:
@@ -304,6 +317,13 @@ def state_plan(args, parser: argparse.ArgumentParser) -> argparse.Namespace:
             parser.error(f"{flag} with --state: the state folder keeps the results "
                          "(results.json), the weights and the teachers (weights/); leave "
                          f"{flag} out, and merge STATE/results.json where it should go.")
+    if args.state is None:  # --plan-only prints the plan; it trains and writes nothing
+        given = [flag for flag, value in (("--out", args.out), ("--save-dir", args.save_dir),
+                                          ("--teacher-dir", args.teacher_dir)) if value]
+        if given:
+            parser.error(f"--plan-only prints the plan and writes nothing, so {' and '.join(given)}"
+                         " would be ignored; leave it out to see the plan, or drop --plan-only "
+                         "to train and write.")  # fmt: skip
     plan_rows, plan_seeds = runs.PLANS[args.plan_name]
     rows = args.rows or list(plan_rows)
     old = [name for name in rows if name not in plan_rows]

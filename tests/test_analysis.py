@@ -411,3 +411,11 @@ def test_macs_are_counted_per_op_and_the_fused_attention_is_not():
     patch = 6 * 8 * (3 * 4 * 4)  # six patches, each a (C P P) -> D product
     assert explicit["aten.convolution"] == patch
 
+
+@pytest.mark.parametrize("maps", [-1, 0, 2.0, True, "2"])
+def test_readout_refuses_a_count_of_maps_that_is_not_one_or_more(maps):
+    vit = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=1,
+                                      num_heads=2, num_classes=3))  # fmt: skip
+    model = nn.Sequential(Normalize((0.5,) * 3, (0.5,) * 3), vit)
+    with pytest.raises(ValueError, match=rf"maps={maps!r}: .* a whole number of 1 or more"):
+        readout(model, torch.rand(4, 3, 8, 8), maps=maps)

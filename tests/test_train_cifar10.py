@@ -218,6 +218,29 @@ def test_merge_joins_what_belongs_and_refuses_the_rest(tmp_path, capsys, monkeyp
     assert mixed["joins"][-1]["allow_mixed"] is True
 
 
+@pytest.mark.parametrize("extra", [["--rows", "vit-50"], ["--seeds", "0"], ["--epochs", "1"],
+                                   ["--save-dir", "weights"], ["--batch-size", "64"], ["--tiny"],
+                                   ["--teacher-dir", "weights"], ["--standin"]])  # fmt: skip
+def test_merge_refuses_the_options_of_a_training_command(tmp_path, capsys, monkeypatch, extra):
+    """A merge keeps every run of its files: a --rows, --seeds or --epochs would be ignored."""
+    script = load_script()
+    monkeypatch.chdir(tmp_path)
+    parts = halves(tmp_path)
+    text = refusal(script, ["--merge", *map(str, parts), "--out", "m.json", *extra], capsys)
+    assert f"--merge joins result files and trains nothing, so {extra[0]} would be ignored" in (
+        " ".join(text.split())), text
+    assert not (tmp_path / "m.json").exists() and not (tmp_path / "weights").exists()
+
+
+@pytest.mark.parametrize("flag", ["--out", "--save-dir", "--teacher-dir"])
+def test_plan_only_refuses_an_output_it_would_not_write(tmp_path, capsys, monkeypatch, flag):
+    script = load_script()
+    monkeypatch.chdir(tmp_path)
+    text = refusal(script, ["--plan-only", flag, "plan.json"], capsys)
+    assert f"--plan-only prints the plan and writes nothing, so {flag} would be ignored" in (
+        " ".join(text.split())), text
+    assert not (tmp_path / "plan.json").exists()
+
 
 FAKE_WORKER = """
 import datetime, time, torch.distributed as dist

@@ -427,12 +427,15 @@ def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[st
     Args:
         model: ``nn.Sequential(Normalize(...), VisionTransformer(...))`` with a class token.
         images: (B, 3, H, W) photos in [0, 1]; distances are averaged over all B.
-        maps: how many of the first photos get a rollout map.
+        maps: how many of the first photos get a rollout map (1 or more; at most B are made).
 
     Returns:
         ``{"rollout_maps": (maps, Gh, Gw) the class token's rollout over the patches,
         "mean_attention_distance": (L, Nh) in pixels, the paper's convention}``, tensors on the
         CPU.
+
+    Raises:
+        ValueError: ``maps`` is not a whole number of 1 or more.
 
     Example:
         >>> from vitbook import VisionTransformer, ViTConfig
@@ -446,6 +449,12 @@ def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[st
 
     See chapter: Real photos.
     """
+    if isinstance(maps, bool) or not isinstance(maps, int) or maps < 1:
+        raise ValueError(
+            f"maps={maps!r}: readout draws the rollout maps of the first `maps` photos, so it "
+            "takes a whole number of 1 or more (maps=8 for eight photos); a negative number "
+            "would silently drop photos from the end instead."
+        )
     normalize, vit = model[0], model[1]
     vit.eval()
     config = vit.config
