@@ -30,8 +30,10 @@ time>.json``; ``--out FILE`` names a file, and an existing one gets this run's r
 if they belong with its runs (same data checksum, device, epochs and recipe per row, no row and
 seed twice). Files in ``vitbook/assets`` (the shipped recording) are written only with
 ``--write-assets``. Every output path is checked before anything trains, and every write is
-atomic. The file holds every run and one provenance entry per process (the GPU, torch and CUDA
-versions, the data's source and checksum, the seeds and the command); each run names its entry
+atomic; two runs may write one ``--out`` at once (each run is added under the file's lock to what
+the file holds then, and a merge into it waits for that lock). The file holds every run and one
+provenance entry per process (the GPU, torch and CUDA versions, the data's source and checksum,
+the seeds and the command); each run names its entry
 (``process``), its wall-clock minutes (under a shared GPU, longer than alone) and its peak GPU
 memory. For seed 0 of the best row (``--inside``) it also records what the chapter shows of the
 trained model: attention rollout from the class token on eight test photos and the mean
@@ -119,16 +121,17 @@ def merge(args, parser: argparse.ArgumentParser) -> None:
         _files.check_output(out, write_assets=args.write_assets)
     except (OSError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: not merged: {error}\n")
-    try:
-        parts = [(str(path), _files.read_json(path, remedy="pass a file written by this "
-                                               "script.")) for path in args.merge]  # fmt: skip
-        note = {"command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
-                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "files": [str(path) for path in args.merge]}  # fmt: skip
-        joined = records.join(parts, allow_mixed=args.allow_mixed, note=note)
-    except (OSError, ValueError) as error:
-        parser.exit(2, f"{parser.prog}: not merged: {error}\n")
-    _files.write_json(out, joined)
+    with _files.hold(out, wait=True):  # a run appending to --out finishes its write first
+        try:
+            parts = [(str(path), _files.read_json(path, remedy="pass a file written by this "
+                                                   "script.")) for path in args.merge]  # fmt: skip
+            note = {"command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+                    "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                    "files": [str(path) for path in args.merge]}  # fmt: skip
+            joined = records.join(parts, allow_mixed=args.allow_mixed, note=note)
+        except (OSError, ValueError) as error:
+            parser.exit(2, f"{parser.prog}: not merged: {error}\n")
+        _files.write_json(out, joined)
     print(f"merged {len(joined['runs'])} runs into {out}")
 
 
@@ -415,9 +418,11 @@ def main(argv: list[str] | None = None) -> int:
                                allow_mixed=args.allow_mixed)  # fmt: skip
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: nothing trained, {args.out} unchanged: {error}\n")
-    before = existing or {"runs": [], "provenance": []}
-    process = len(before["provenance"])
-    results = {**before, "runs": list(before["runs"]), "provenance": [*before["provenance"], here]}
+    written = records.Appender(  # each run added under the file's lock, to what it holds then
+        args.out, here, empty={"runs": []}, remedy="choose another --out.",
+        add=lambda data, run, process: data["runs"].append({**run, "process": process}),
+        check=lambda data: records.check_together([(str(args.out), data)],
+                                                  allow_mixed=args.allow_mixed))  # fmt: skip
     needed = {ALL_ROWS[name]["teacher"] for name, _ in args.plan if "teacher" in ALL_ROWS[name]}
     args.teachers = {}  # (row, seed) -> a model trained here, for the rows distilled from it
     try:
@@ -428,22 +433,24 @@ def main(argv: list[str] | None = None) -> int:
                     args.teachers[name, seed] = model
                 if rank != 0:
                     continue
-                results["runs"].append({**result, "process": process})
-                _files.write_json(args.out, results)
                 if args.save_dir is not None:
                     weights = args.save_dir / f"{name}-seed{seed}.safetensors"
                     runs.save_weights(model, weights, result)
                     if "inside" in result:
                         _files.write_json(args.save_dir / f"{name}-seed{seed}-readout.json",
                                            result["inside"])  # fmt: skip
+                try:
+                    written.add(result)
+                except records.RefusedRun as error:
+                    parser.exit(2, f"{parser.prog}: {error}\n")
                 print(f"{name} seed {seed}: val {result['final_val_accuracy']:.4f}, test "
                       f"{result['test_accuracy']:.4f}, {result['wall_clock_minutes']:.1f} min "
                       f"wall-clock; in {args.out}", flush=True)  # fmt: skip
     except RuntimeError as error:
         if processes == 1:
             raise
-        finished = len(results["runs"]) - len(before["runs"])
-        kept = f"; {finished} finished run(s) are in {args.out}" if rank == 0 and finished else ""
+        kept = (f"; {written.added} finished run(s) are in {args.out}"
+                if rank == 0 and written.added else "")  # fmt: skip
         raise SystemExit(
             f"process {rank} of {processes} stopped: {error}\nIt waited for the other workers "
             "(at a step's gradient average, or for the epoch's sums): another worker stopped, "
