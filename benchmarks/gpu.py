@@ -224,16 +224,16 @@ def fit_epoch(
     from vitbook.train import fit
     from vitbook.train.distill import DistillationLoss
 
-    recipe, criterion = RECIPE.replace(seed=seed), {}
+    recipe, criterion = RECIPE.replace(seed=seed), None
     if teacher is not None:  # the criterion smooths the true labels itself
-        criterion["criterion"] = DistillationLoss(
+        criterion = DistillationLoss(
             teacher, "hard", label_smoothing=recipe.label_smoothing
         )
         recipe = recipe.replace(label_smoothing=0.0)
 
     def epoch() -> None:
         fit(model, (images, labels), recipe, compile=compile,
-            augment=random_crop_flip(padding=4), progress=False, **criterion)  # fmt: skip
+            augment=random_crop_flip(padding=4), progress=False, criterion=criterion)  # fmt: skip
         synchronize(images.device)
 
     return epoch

@@ -27,6 +27,8 @@ Nothing recorded is replaced or lost; the rules are those of scripts/train_cifar
   0). The shipped files, vitbook/assets/distillation.json and (seed 0's CNN teacher, only when a
   new file records it) vitbook/assets/digits_cnn_teacher.safetensors, are written only with
   --write-assets, and the teacher's file is never replaced. To record afresh, write a new file.
+  Two runs may write one --out at once: each run is added under the file's lock to what the file
+  holds then (vitbook.studies.records.Appender), and a merge into it waits for that lock.
 - Seeds and settings: each named once (--seeds 0 0 would count one run as two seeds).
 - Merges (--merge) join files into --out (default a new file in runs/) by the same rules; an
   existing --out must be one of the files merged, or its runs would be lost. A file that is not
@@ -57,7 +59,7 @@ from pathlib import Path
 import torch
 
 from vitbook import _files
-from vitbook.studies import experiments, provenance
+from vitbook.studies import experiments, provenance, records
 from vitbook.studies.distill_digits import (
     DISTILLATION,
     FRACTION,
@@ -274,13 +276,29 @@ def run(
 ) -> None:
     """Train ``settings`` x ``seeds`` and append them to ``out`` (a new file if there is none)."""
     start = time.perf_counter()
-    existing = plan(settings, seeds, out, allow_mixed)
-    results = existing or {**_constants(), "settings": {}, "runs": {}, "provenance": []}
-    results["teachers"] = TEACHERS  # the same, or more teachers than the file named (validate)
-    results["runs"] = {label: list(label_runs) for label, label_runs in results["runs"].items()}
-    process = len(results["provenance"])
+    plan(settings, seeds, out, allow_mixed)
     here = _provenance(settings, seeds)
-    results["provenance"] = [*results["provenance"], here]
+
+    def add(data: dict, run: dict, process: int) -> None:
+        one = {k: v for k, v in run.items() if k != "setting"}
+        if process:  # a run of a file with one provenance entry needs no index
+            one["process"] = process
+        data["teachers"] = TEACHERS  # the same, or more teachers than the file named (validate)
+        data["runs"].setdefault(run["setting"], []).append(one)
+        data["settings"] = _settings_of(data["runs"])
+
+    def check(data: dict) -> None:
+        validate(data, str(out))
+        check_together([(str(out), data)], allow_mixed=allow_mixed)
+
+    def tidy(data: dict) -> None:
+        data["runs"] = _ordered(data["runs"])
+        data["settings"] = _settings_of(data["runs"])
+
+    # Each run is added under the file's lock to what the file holds then (another process's
+    # runs included), after every run: a long run keeps its progress.
+    written = records.Appender(out, here, add=add, check=check, remedy="choose another --out.",
+                               empty={**_constants(), "settings": {}, "runs": {}})  # fmt: skip
     teachers: dict[int, dict[str, torch.nn.Module]] = {seed: {} for seed in seeds}
     order = sorted(settings, key=list(TEACHERS.values()).__contains__, reverse=True)
     for label in order:  # the teachers' settings first, then the students in SETTINGS order
@@ -295,24 +313,23 @@ def run(
                              validation_accuracy=str(one["validation_accuracy"]),
                              test_accuracy=str(one["test_accuracy"]))  # fmt: skip
                 _log(f"wrote {teacher_path}")
-            if process:  # a run of a file with one provenance entry needs no index
-                one["process"] = process
-            results["runs"].setdefault(label, []).append(one)
-            results["settings"] = _settings_of(results["runs"])
-            _files.write_json(out, results)  # after every run: a long run keeps its progress
+            written.add({"setting": label, **one})
             _log(f"{label:<30} seed {seed}: validation {one['validation_accuracy']:.3f}, "
                  f"test {one['test_accuracy']:.3f}, {one['seconds']:.1f} s")  # fmt: skip
     seconds = time.perf_counter() - start
     here["load_average_start_end"].append(round(os.getloadavg()[0], 2))
     here["wall_seconds"] = round(seconds, 1)
-    results["runs"] = _ordered(results["runs"])
-    results["settings"] = _settings_of(results["runs"])
-    _files.write_json(out, results)
+    written.update_entry(tidy)
     _log(f"wrote {out} in {seconds:.0f} s")
 
 
 def merge(paths: list[Path], out: Path, *, allow_mixed: bool = False) -> None:
     """Join results files into ``out``: every run, every provenance entry (see the docstring)."""
+    with _files.hold(out, wait=True):  # a run appending to out finishes its write first
+        _merge(paths, out, allow_mixed=allow_mixed)
+
+
+def _merge(paths: list[Path], out: Path, *, allow_mixed: bool) -> None:
     inputs = {path.expanduser().resolve() for path in paths}
     if out.exists() and out.expanduser().resolve() not in inputs:
         raise FileExistsError(
@@ -427,7 +444,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as error:
         args.parser.exit(2, f"{args.parser.prog}: {what}, {out} unchanged: {error}\n")
     _log(f"writing {out}")
-    run(args.only, args.seeds, out, teacher_path, allow_mixed=args.allow_mixed)
+    try:
+        run(args.only, args.seeds, out, teacher_path, allow_mixed=args.allow_mixed)
+    except records.RefusedRun as error:  # another process wrote the same run meanwhile
+        args.parser.exit(2, f"{args.parser.prog}: {error}\n")
     return 0
 
 

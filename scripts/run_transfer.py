@@ -313,6 +313,10 @@ def main() -> None:
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds {' '.join(map(str, args.seeds))} names a seed twice; one run per "
                      "seed.")  # fmt: skip
+    if args.shots is not None and not args.check:
+        parser.error(f"--shots {' '.join(args.shots)} is read by --check only (a run trains every "
+                     "setting's shots, a merge joins whole files); add --check to re-run those "
+                     "shots, or leave --shots out.")  # fmt: skip
     os.environ.setdefault("VITBOOK_PROGRESS", "0")
     if args.merge:
         out = args.out or _files.new_path(Path("runs"), "transfer-merged")
@@ -322,6 +326,9 @@ def main() -> None:
                 raise FileExistsError(f"{out} exists and is not among the files to merge; "
                                       "add it to --merge, or choose a new --out.")  # fmt: skip
             _files.check_output(out, write_assets=args.write_assets)
+            for path in args.merge:  # a NaN read back from a file could not be written again
+                _files.check_finite(path, load_results(path),
+                                    remedy="leave the file out of --merge.")  # fmt: skip
         except (OSError, ValueError) as error:
             parser.exit(2, f"{parser.prog}: not merged: {error}\n")
         merge(args.merge, out, replace=args.replace)

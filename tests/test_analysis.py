@@ -5,14 +5,18 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from vitbook.analysis import (
     attention_rollout,
     cls_rollout_map,
+    macs,
     mean_attention_distance,
     patch_embedding_components,
     position_embedding_similarity,
+    readout,
 )
+from vitbook.data.cifar import Normalize
 from vitbook.positional import sincos_2d
 from vitbook.vit import VisionTransformer, ViTConfig
 
@@ -374,3 +378,44 @@ def test_patch_embedding_components_errors():
         patch_embedding_components(weight, num_components=2.0)
     with pytest.raises(ValueError, match="weight must have 4 dimensions"):
         patch_embedding_components(weight.flatten(1))
+
+
+# --- read-outs of a trained photo model: rollout and distances at once, MACs --------------
+
+
+def test_readout_is_rollout_and_distance_of_the_normalised_photos():
+    torch.manual_seed(0)
+    vit = VisionTransformer(ViTConfig(img_size=(8, 12), patch_size=4, embed_dim=8, depth=3,
+                                      num_heads=2, num_classes=3))  # fmt: skip
+    normalize = Normalize((0.4, 0.5, 0.6), (0.2, 0.25, 0.3))
+    photos = torch.rand(5, 3, 8, 12)
+    out = readout(nn.Sequential(normalize, vit), photos, maps=2)
+    _, attentions = vit.forward_with_attention(normalize(photos))
+    expected_rollout = attention_rollout([a[:2] for a in attentions])[:, 0, 1:].reshape(2, 2, 3)
+    torch.testing.assert_close(out["rollout_maps"], expected_rollout)
+    expected_distance = torch.stack([mean_attention_distance(a, (2, 3), 4) for a in attentions])
+    torch.testing.assert_close(out["mean_attention_distance"], expected_distance)
+
+
+def test_macs_are_counted_per_op_and_the_fused_attention_is_not():
+    torch.manual_seed(0)
+    config = ViTConfig(img_size=(8, 12), patch_size=4, embed_dim=8, depth=2, num_heads=2,
+                       num_classes=3)  # fmt: skip
+    images = torch.rand(1, 3, 8, 12)
+    explicit = macs(VisionTransformer(config), images)
+    fused = macs(VisionTransformer(ViTConfig(**{**vars(config), "attn_impl": "sdpa"})), images)
+    tokens, dh = 7, 4  # 2 x 3 patches and the class token; D / heads
+    # Q K^T and A V: per block, 2 products of (tokens x tokens x Dh) MACs per head
+    assert explicit["aten.bmm"] == 2 * 2 * 2 * tokens * tokens * dh
+    assert "aten.bmm" not in fused and fused["aten.addmm"] == explicit["aten.addmm"]
+    patch = 6 * 8 * (3 * 4 * 4)  # six patches, each a (C P P) -> D product
+    assert explicit["aten.convolution"] == patch
+
+
+@pytest.mark.parametrize("maps", [-1, 0, 2.0, True, "2"])
+def test_readout_refuses_a_count_of_maps_that_is_not_one_or_more(maps):
+    vit = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=1,
+                                      num_heads=2, num_classes=3))  # fmt: skip
+    model = nn.Sequential(Normalize((0.5,) * 3, (0.5,) * 3), vit)
+    with pytest.raises(ValueError, match=rf"maps={maps!r}: .* a whole number of 1 or more"):
+        readout(model, torch.rand(4, 3, 8, 8), maps=maps)

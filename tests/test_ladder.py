@@ -8,12 +8,8 @@ import json
 
 import pytest
 import torch
-from torch import nn
 
-from vitbook import VisionTransformer, ViTConfig
 from vitbook._files import ResultsFileError
-from vitbook.analysis import attention_rollout, mean_attention_distance
-from vitbook.data.cifar import Normalize
 from vitbook.studies.comparison import paired_difference
 from vitbook.studies.ladder import (
     BASE,
@@ -30,11 +26,9 @@ from vitbook.studies.ladder import (
     group_provenance,
     load_progress,
     load_results,
-    macs,
     plan_cost,
     planned_recipe,
     projected_minutes,
-    readout,
     recipes,
     recording_order,
     recording_progress,
@@ -193,20 +187,6 @@ def test_provenance_groups_keep_what_differs():
     assert groups[0]["dates"] == ("1", "2") and groups[0]["commands"] == ["x", "y"]
 
 
-def test_readout_is_rollout_and_distance_of_the_normalised_photos():
-    torch.manual_seed(0)
-    vit = VisionTransformer(ViTConfig(img_size=(8, 12), patch_size=4, embed_dim=8, depth=3,
-                                      num_heads=2, num_classes=3))  # fmt: skip
-    normalize = Normalize((0.4, 0.5, 0.6), (0.2, 0.25, 0.3))
-    photos = torch.rand(5, 3, 8, 12)
-    out = readout(nn.Sequential(normalize, vit), photos, maps=2)
-    _, attentions = vit.forward_with_attention(normalize(photos))
-    expected_rollout = attention_rollout([a[:2] for a in attentions])[:, 0, 1:].reshape(2, 2, 3)
-    torch.testing.assert_close(out["rollout_maps"], expected_rollout)
-    expected_distance = torch.stack([mean_attention_distance(a, (2, 3), 4) for a in attentions])
-    torch.testing.assert_close(out["mean_attention_distance"], expected_distance)
-
-
 def test_changes_read_from_a_file_are_described_in_words():
     recorded = recipes(load_results())
     step = changes("vit-mix-200", "vit-regularised-100", recorded)
@@ -219,21 +199,6 @@ def test_changes_read_from_a_file_are_described_in_words():
         "repeated augmentation: 1 → 3")  # a count, not "on"
     assert describe({"val_mean": 0.7771, "val_std": 0.0027}, "val", percent=True) == (
         "77.71 ± 0.27")
-
-
-def test_macs_are_counted_per_op_and_the_fused_attention_is_not():
-    torch.manual_seed(0)
-    config = ViTConfig(img_size=(8, 12), patch_size=4, embed_dim=8, depth=2, num_heads=2,
-                       num_classes=3)  # fmt: skip
-    images = torch.rand(1, 3, 8, 12)
-    explicit = macs(VisionTransformer(config), images)
-    fused = macs(VisionTransformer(ViTConfig(**{**vars(config), "attn_impl": "sdpa"})), images)
-    tokens, dh = 7, 4  # 2 x 3 patches and the class token; D / heads
-    # Q K^T and A V: per block, 2 products of (tokens x tokens x Dh) MACs per head
-    assert explicit["aten.bmm"] == 2 * 2 * 2 * tokens * tokens * dh
-    assert "aten.bmm" not in fused and fused["aten.addmm"] == explicit["aten.addmm"]
-    patch = 6 * 8 * (3 * 4 * 4)  # six patches, each a (C P P) -> D product
-    assert explicit["aten.convolution"] == patch
 
 
 # --- the next recording: its order, its cost, and what a partial file holds -------------------

@@ -187,6 +187,15 @@ def test_the_top_shows_the_vit_and_no_module_is_too_long():
     assert max(lengths.values()) <= 600, {n: k for n, k in lengths.items() if k > 600}
 
 
+def test_no_script_is_too_long():
+    """A script parses its arguments and runs; what it runs lives in modules (its own private
+    ``scripts/_*.py`` or the package), each as short as a package module."""
+    lengths = {path.name: len(path.read_text(encoding="utf-8").splitlines())
+               for path in sorted((ROOT / "scripts").glob("*.py"))}  # fmt: skip
+    assert "train_cifar10.py" in lengths
+    assert max(lengths.values()) <= 600, {n: k for n, k in lengths.items() if k > 600}
+
+
 def test_the_package_docstring_is_the_tree():
     import vitbook
 

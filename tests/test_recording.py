@@ -330,7 +330,7 @@ def test_a_session_that_fails_still_ends_its_provenance_entry(script, small, tmp
     def broken(*args):
         raise RuntimeError("the GPU fell off the bus")
 
-    monkeypatch.setattr(script, "one_session", broken)
+    monkeypatch.setattr(script.sessions, "one_session", broken)
     with pytest.raises(RuntimeError, match="fell off the bus"):
         script.main([*SMALL, "--state", str(folder)])
     entry = results(folder)["provenance"][-1]
@@ -405,3 +405,44 @@ def test_plan_only_counts_no_budgets_for_runs_never_timed(script, capsys):
     assert "-0" not in out and "Timed runs: 0" in out
     assert out.splitlines()[-1].startswith("In budgets of 10 minutes: none of these runs has a "
                                            "measured epoch, so no count")  # fmt: skip
+
+
+def test_a_second_session_on_a_held_folder_trains_nothing_and_names_the_holder(script, tmp_path,
+                                                                               capsys):  # fmt: skip
+    """Another process holds the folder's session lock: a session started meanwhile is refused
+    before it trains, naming that process; once the holder is gone, a session records."""
+    folder = tmp_path / "state"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from vitbook.studies.session import "
+         "StateFolder\nwith StateFolder(sys.argv[1]).session_lock():\n    print('held', "
+         "flush=True); time.sleep(120)", str(folder)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, **ENV})  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        err = refused(script, [*SMALL, "--state", str(folder)], capsys)
+        assert "another session records into the state folder" in err and str(folder) in err
+        assert f"process {holder.pid} " in err and "Nothing trained" in err
+        assert not (folder / "results.json").exists() and not (folder / "plan.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert script.main([*SMALL, "--state", str(folder)]) == 0  # a killed holder blocks nothing
+    assert [(r["row"], r["seed"]) for r in results(folder)["runs"]] == [("vit-50", 0)]
+
+
+def test_two_sessions_started_together_on_one_folder_train_each_run_once(tmp_path):
+    """Two processes of the script on one new folder at the same moment: one records the plan,
+    the other is refused or finds nothing left; no run is trained twice."""
+    folder = tmp_path / "state"
+    command = [sys.executable, str(SCRIPT), *SMALL, "--state", str(folder)]
+    both = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, **ENV}) for _ in range(2)]  # fmt: skip
+    outputs = [process.communicate(timeout=300) for process in both]
+    codes = sorted(process.returncode for process in both)
+    assert codes in ([0, 0], [0, 2]), outputs
+    assert [(r["row"], r["seed"]) for r in results(folder)["runs"]] == [("vit-50", 0)]
+    assert len(results(folder)["provenance"]) == 2 - codes.count(2), outputs
+    trained = [out for out, _ in outputs if "vit-50 seed 0: finished" in out]
+    assert len(trained) == 1, outputs  # one session trained it; the other did not
+    if codes == [0, 2]:
+        assert any("another session records into the state folder" in e for _, e in outputs)

@@ -155,7 +155,8 @@ import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
 sys.argv = sys.argv[1:]
-exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"), {"__name__": "__main__"})
+exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"), {"__name__": "__main__",
+                                                            "__file__": sys.argv[0]})
 """
 
 
@@ -385,6 +386,32 @@ def test_run_transfer_writes_a_new_file_and_never_a_shipped_one(tmp_path, monkey
     main_of(script, ["--out", str(ASSETS / "transfer.json"), "--write-assets"], monkeypatch)
     assert calls[-1][3] == transfer_digits.PRETRAINED_PATH  # a deliberate re-record
     assert shipped_checksums() == before
+
+
+def test_run_transfer_refuses_a_merge_of_nan_and_shots_without_check(tmp_path, monkeypatch,
+                                                                     capsys):  # fmt: skip
+    script = load_script("run_transfer")
+    calls = []
+    monkeypatch.setattr(script, "run", lambda *args: calls.append(args))
+    monkeypatch.setattr(script, "merge", lambda *args, **kwargs: calls.append(args))
+    monkeypatch.chdir(tmp_path)
+    shipped = (ASSETS / "transfer.json").read_text()
+    (tmp_path / "good.json").write_text(shipped)
+    runs = json.loads(shipped)["settings"]["scratch"]
+    shots = next(iter(runs))
+    first = json.dumps(runs[shots]["runs"][0]["test_accuracy"])
+    # an older writer's literal NaN, where a number was
+    damaged = shipped.replace(f'"test_accuracy": {first}', '"test_accuracy": NaN', 1)
+    assert damaged != shipped
+    (tmp_path / "nan.json").write_text(damaged)
+    text = refusal(script, ["--merge", "good.json", "nan.json", "--out", "m.json"], monkeypatch,
+                   capsys)  # fmt: skip
+    assert "not merged: nan.json holds nan at settings.scratch." in text, text
+    assert "leave the file out of --merge" in text
+    for argv in (["--only", "scratch", "--shots", "1"], ["--merge", "good.json", "--shots", "1"]):
+        text = refusal(script, argv, monkeypatch, capsys)
+        assert "--shots 1 is read by --check only" in " ".join(text.split()), text
+    assert calls == [] and not (tmp_path / "m.json").exists()
 
 
 def test_run_experiments_updates_only_when_told(tmp_path, monkeypatch, capsys):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from vitbook.pretrained.checkpoints import load_model, read_metadata
+from vitbook.studies import ladder
 from vitbook.studies.ladder import RESULTS_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,11 +104,11 @@ def test_the_smoke_command_of_the_issue_leaves_the_shipped_files_alone(tmp_path,
 
     def fake_run(name, seed, splits, args, device, rank):
         trained.append((name, seed, args.epochs))
-        return {"row": name, "seed": seed, "epochs": 1, "recipe": script.recipe(name, None),
+        return {"row": name, "seed": seed, "epochs": 1, "recipe": ladder.recipe(name, None),
                 "final_val_accuracy": 0.5, "test_accuracy": 0.5,
                 "wall_clock_minutes": 0.1}, None  # fmt: skip
 
-    monkeypatch.setattr(script, "run", fake_run)
+    monkeypatch.setattr(script.runs, "run", fake_run)
     monkeypatch.chdir(tmp_path)
     before = shipped_checksums()
     smoke = ["--standin", "--tiny", "--epochs", "1", "--rows", "resnet18", "--seeds", "0"]
@@ -213,7 +214,32 @@ def test_merge_joins_what_belongs_and_refuses_the_rest(tmp_path, capsys, monkeyp
     (mixed,) = (tmp_path / "runs").iterdir()  # the default: a new file
     mixed = json.loads(mixed.read_text())
     assert len(mixed["runs"]) == 14 and len(mixed["provenance"]) == 14
+
     assert mixed["joins"][-1]["allow_mixed"] is True
+
+
+@pytest.mark.parametrize("extra", [["--rows", "vit-50"], ["--seeds", "0"], ["--epochs", "1"],
+                                   ["--save-dir", "weights"], ["--batch-size", "64"], ["--tiny"],
+                                   ["--teacher-dir", "weights"], ["--standin"]])  # fmt: skip
+def test_merge_refuses_the_options_of_a_training_command(tmp_path, capsys, monkeypatch, extra):
+    """A merge keeps every run of its files: a --rows, --seeds or --epochs would be ignored."""
+    script = load_script()
+    monkeypatch.chdir(tmp_path)
+    parts = halves(tmp_path)
+    text = refusal(script, ["--merge", *map(str, parts), "--out", "m.json", *extra], capsys)
+    assert f"--merge joins result files and trains nothing, so {extra[0]} would be ignored" in (
+        " ".join(text.split())), text
+    assert not (tmp_path / "m.json").exists() and not (tmp_path / "weights").exists()
+
+
+@pytest.mark.parametrize("flag", ["--out", "--save-dir", "--teacher-dir"])
+def test_plan_only_refuses_an_output_it_would_not_write(tmp_path, capsys, monkeypatch, flag):
+    script = load_script()
+    monkeypatch.chdir(tmp_path)
+    text = refusal(script, ["--plan-only", flag, "plan.json"], capsys)
+    assert f"--plan-only prints the plan and writes nothing, so {flag} would be ignored" in (
+        " ".join(text.split())), text
+    assert not (tmp_path / "plan.json").exists()
 
 
 FAKE_WORKER = """
@@ -271,16 +297,16 @@ def test_each_row_gets_its_augmentation_and_fit_arguments(monkeypatch):
 
     made = []
     for name in ("rand_augment", "random_erasing", "random_crop_flip"):
-        real = getattr(script.augment, name)
-        monkeypatch.setattr(script.augment, name, lambda *a, _real=real, _name=name, **k: (
+        real = getattr(ladder.augment, name)
+        monkeypatch.setattr(ladder.augment, name, lambda *a, _real=real, _name=name, **k: (
             made.append((_name, a, k)) or _real(*a, **k)))  # fmt: skip
-    script.augmentation(ROWS["vit-200"])
+    ladder.augmentation(ROWS["vit-200"])
     assert made == [("random_crop_flip", (), {"padding": 4}),
                     ("rand_augment", (), {"num_ops": 2, "magnitude": 9, "scale": "timm",
                                           "magnitude_std": 0.5}),
                     ("random_erasing", (), {"p": 0.25})]  # fmt: skip
     made.clear()
-    script.augmentation(script.RECORDED_ROWS["vit-randaugment"])  # torchvision's bin 9 of 31
+    ladder.augmentation(ladder.RECORDED_ROWS["vit-randaugment"])  # torchvision's bin 9 of 31
     assert made == [("random_crop_flip", (), {"padding": 4}), ("rand_augment", (2, 9), {})]
     seen = {}
 
@@ -288,11 +314,11 @@ def test_each_row_gets_its_augmentation_and_fit_arguments(monkeypatch):
         seen.update(kwargs, recipe=recipe)
         raise RuntimeError("stop after the call")
 
-    monkeypatch.setattr(script, "fit", fake_fit)
+    monkeypatch.setattr(script.runs, "fit", fake_fit)
     args = script.parse(["--standin", "--tiny", "--rows", "vit-200"])[0]
-    splits = script.cifar10_standin(n_train=30, n_val=30, n_test=30)
+    splits = script.runs.cifar10_standin(n_train=30, n_val=30, n_test=30)
     with pytest.raises(RuntimeError, match="stop after the call"):
-        script.run("vit-200", 0, splits, args, script.torch.device("cpu"), 0)
+        script.runs.run("vit-200", 0, splits, args, script.torch.device("cpu"), 0)
     recipe = seen["recipe"]
     assert recipe.weight_decay_rule == "timm" and recipe.repeated_augmentation == 3
     assert recipe.label_smoothing == 0.0 and seen["mix"] is not None  # smoothing in the mix
@@ -300,7 +326,7 @@ def test_each_row_gets_its_augmentation_and_fit_arguments(monkeypatch):
     assert recipe.seed == 0
     seen.clear()
     with pytest.raises(RuntimeError):
-        script.run("vit-crop-flip", 0, splits, args, script.torch.device("cpu"), 0)
+        script.runs.run("vit-crop-flip", 0, splits, args, script.torch.device("cpu"), 0)
     recipe = seen["recipe"]  # the recorded rows name no rule: they train with fit's default
     assert "weight_decay_rule" not in script.recipe("vit-crop-flip", None)
     assert recipe.weight_decay_rule == "all"
@@ -331,24 +357,23 @@ def test_the_stem_row_trains_one_block_fewer_on_the_stand_in(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (record,) = json.loads(out.read_text())["runs"]
     assert record["recipe"]["stem"] == "conv" and record["recipe"]["blocks_removed"] == 1
-    script = load_script()
-    model = script.build(script.ALL_ROWS["vit-200-conv-stem"], 3, tiny=True)
-    assert model[1].config.depth == script.TINY.depth - 1 and model[1].config.stem == "conv"
+    model = ladder.build(ladder.ALL_ROWS["vit-200-conv-stem"], 3, tiny=True)
+    assert model[1].config.depth == ladder.TINY_VIT.depth - 1 and model[1].config.stem == "conv"
     assert record["parameters"] == sum(p.numel() for p in model.parameters())
 
 
 def test_the_distilled_row_learns_from_its_teacher_trained_first_or_saved(tmp_path, capsys,
                                                                          monkeypatch):
     script = load_script()
-    monkeypatch.setattr(script, "CifarResNet18", SmallTeacher)
+    monkeypatch.setattr(ladder, "CifarResNet18", SmallTeacher)
     seen = []
-    real_loss = script.DistillationLoss
+    real_loss = ladder.DistillationLoss
 
     def recording_loss(teacher, *args, **kwargs):
         seen.append(teacher)
         return real_loss(teacher, *args, **kwargs)
 
-    monkeypatch.setattr(script, "DistillationLoss", recording_loss)
+    monkeypatch.setattr(ladder, "DistillationLoss", recording_loss)
     weights, first = tmp_path / "weights", tmp_path / "first.json"
     smoke = ["--standin", "--tiny", "--epochs", "1", "--seeds", "0", "--batch-size", "60"]
     # The student's row is named first; the teacher's row still trains first.
@@ -389,16 +414,16 @@ def test_a_damaged_or_wrong_teacher_file_is_named_with_the_fix(tmp_path, capsys)
 
     script = load_script()
     path = tmp_path / "resnet18-200-seed0.safetensors"
-    teacher = script.build(script.ALL_ROWS["resnet18-200"], 3, tiny=True)[1]
+    teacher = ladder.build(ladder.ALL_ROWS["resnet18-200"], 3, tiny=True)[1]
     good = {k: v.contiguous() for k, v in teacher.state_dict().items()}
     save_file(good, str(path), metadata={"row": "resnet18-200", "seed": "0"})
     args = teacher_args(script, tmp_path)
-    loaded = script.load_teacher(args, "vit-200-deit-hard", 0, 3, torch.device("cpu"))
+    loaded = script.runs.load_teacher(args, "vit-200-deit-hard", 0, 3, torch.device("cpu"))
     assert torch.equal(loaded[1].state_dict()["head.weight"], good["head.weight"])
     whole = path.read_bytes()
-    vit = script.build(script.ALL_ROWS["vit-200"], 3, tiny=True)[1]
+    vit = ladder.build(ladder.ALL_ROWS["vit-200"], 3, tiny=True)[1]
     wrong_vit = {k: v.contiguous() for k, v in vit.state_dict().items()}
-    ten_classes = script.build(script.ALL_ROWS["resnet18-200"], 10, tiny=True)[1]
+    ten_classes = ladder.build(ladder.ALL_ROWS["resnet18-200"], 10, tiny=True)[1]
     nan = {**good, "head.bias": torch.full_like(good["head.bias"], float("nan"))}
     fix = r"Train the teacher again \(--rows resnet18-200 --seeds 0 --save-dir DIR\)"
     for label, write, message in [
@@ -422,7 +447,7 @@ def test_a_damaged_or_wrong_teacher_file_is_named_with_the_fix(tmp_path, capsys)
     ]:  # fmt: skip
         write()
         with pytest.raises(ValueError, match=message) as caught:
-            script.load_teacher(args, "vit-200-deit-hard", 0, 3, torch.device("cpu"))
+            script.runs.load_teacher(args, "vit-200-deit-hard", 0, 3, torch.device("cpu"))
         text = str(caught.value)
         assert type(caught.value) is ValueError and re.search(fix, text), (label, text)
         assert len(text) < 900, (label, len(text))  # never a dump of every key
@@ -466,14 +491,14 @@ def test_an_out_file_it_could_not_write_back_is_refused_before_training(tmp_path
 
     def fake_run(name, seed, splits, args, device, rank):
         trained.append((name, seed))
-        return {"row": name, "seed": seed, "epochs": 1, "recipe": script.recipe(name, 60),
+        return {"row": name, "seed": seed, "epochs": 1, "recipe": ladder.recipe(name, 60),
                 "final_val_accuracy": 0.5, "test_accuracy": 0.5,
                 "wall_clock_minutes": 0.1}, None  # fmt: skip
 
-    monkeypatch.setattr(script, "run", fake_run)
+    monkeypatch.setattr(script.runs, "run", fake_run)
     out = tmp_path / "old.json"
     earlier = {"row": "vit-crop-flip", "seed": 1, "epochs": 1,
-               "recipe": script.recipe("vit-crop-flip", 60), "train_loss": [float("nan")]}
+               "recipe": ladder.recipe("vit-crop-flip", 60), "train_loss": [float("nan")]}
     out.write_text(json.dumps({"runs": [earlier], "provenance": [{"device": "CPU"}]}))
     kept = out.read_bytes()
     assert b"NaN" in kept
@@ -488,18 +513,18 @@ def test_the_controls_of_the_distilled_row_train_what_they_name(tmp_path, monkey
     """vit-200-token trains the distillation token with no teacher (both heads on the labels);
     vit-200-mean has no class token and a mean-pooled readout."""
     script = load_script()
-    mean = script.build(script.ALL_ROWS["vit-200-mean"], 3, tiny=True)[1].config
+    mean = ladder.build(ladder.ALL_ROWS["vit-200-mean"], 3, tiny=True)[1].config
     assert (mean.class_token, mean.pool, mean.num_prefix_tokens) == (False, "mean", 0)
-    token = script.build(script.ALL_ROWS["vit-200-token"], 3, tiny=True)[1].config
+    token = ladder.build(ladder.ALL_ROWS["vit-200-token"], 3, tiny=True)[1].config
     assert token.distilled and token.class_token
     seen = []
-    real_loss = script.DistillationLoss
+    real_loss = ladder.DistillationLoss
 
     def recording_loss(teacher, kind, **kwargs):
         seen.append((teacher, kind))
         return real_loss(teacher, kind, **kwargs)
 
-    monkeypatch.setattr(script, "DistillationLoss", recording_loss)
+    monkeypatch.setattr(ladder, "DistillationLoss", recording_loss)
     out = tmp_path / "controls.json"
     assert script.main(["--standin", "--tiny", "--epochs", "1", "--seeds", "0", "--batch-size",
                         "60", "--rows", "vit-200-token", "vit-200-mean", "--out",

@@ -4,7 +4,8 @@ Four read-outs, each behind a figure of the literature: attention rollout (Abnar
 2020; ViT paper, Figure 6), mean attention distance per head (Figure 7 right), position-embedding
 similarity (Figure 7 centre) and the principal components of the patch-embedding filters
 (Figure 7 left). All detach their inputs, so results go straight to matplotlib, and all run on
-whatever device their inputs are on.
+whatever device their inputs are on. :func:`readout` takes the first two of a trained photo
+model at once, and :func:`macs` counts what one forward pass of any model costs.
 
 See chapter: Inside a trained ViT.
 """
@@ -16,15 +17,18 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from einops import rearrange
+from torch import nn
 
 from vitbook import _checks
 
 __all__ = [
     "attention_rollout",
     "cls_rollout_map",
+    "macs",
     "mean_attention_distance",
     "patch_embedding_components",
     "position_embedding_similarity",
+    "readout",
 ]
 
 # How attention_rollout combines the Nh heads of a layer into one (B, N, N) map.
@@ -386,3 +390,82 @@ def patch_embedding_components(
     top = top * top.gather(1, top.abs().argmax(dim=1, keepdim=True)).sign()  # (r, C*P*P)
     components = rearrange(top, "k (c ph pw) -> k c ph pw", c=c, ph=ph, pw=pw)
     return components, ratios[:k]
+
+
+@torch.no_grad()
+def macs(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
+    """Multiply-accumulates of one forward pass, per op, counted by ``torch.utils.flop_counter``.
+
+    Two flops make a MAC. The model is put in eval mode. The count is what the ops that run
+    report: ``scaled_dot_product_attention`` on a CPU reports nothing for its products
+    :math:`QK^\\top` and :math:`AV` (use ``attn_impl="explicit"`` to count them, as ``aten.bmm``).
+
+    Args:
+        model: any module.
+        images: its input, e.g. (1, 3, 32, 32) for one photo.
+
+    Returns:
+        ``{op name: MACs}``, e.g. ``{"aten.convolution": ..., "aten.addmm": ...}``.
+
+    Example:
+        >>> macs(nn.Linear(4, 3), torch.rand(2, 4))
+        {'aten.addmm': 24.0}
+
+    See chapter: Real photos.
+    """
+    from torch.utils.flop_counter import FlopCounterMode  # imports torch._dynamo: seconds
+
+    with FlopCounterMode(display=False) as counter:
+        model.eval()(images)
+    return {str(op): flops / 2 for op, flops in counter.get_flop_counts()["Global"].items()}
+
+
+@torch.no_grad()
+def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[str, object]:
+    """Rollout maps and mean attention distances of a photo ViT, ``Normalize`` first.
+
+    Args:
+        model: ``nn.Sequential(Normalize(...), VisionTransformer(...))`` with a class token.
+        images: (B, 3, H, W) photos in [0, 1]; distances are averaged over all B.
+        maps: how many of the first photos get a rollout map (1 or more; at most B are made).
+
+    Returns:
+        ``{"rollout_maps": (maps, Gh, Gw) the class token's rollout over the patches,
+        "mean_attention_distance": (L, Nh) in pixels, the paper's convention}``, tensors on the
+        CPU.
+
+    Raises:
+        ValueError: ``maps`` is not a whole number of 1 or more.
+
+    Example:
+        >>> from vitbook import VisionTransformer, ViTConfig
+        >>> from vitbook.data.cifar import Normalize
+        >>> vit = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=2,
+        ...                                   num_heads=2, num_classes=3))
+        >>> out = readout(nn.Sequential(Normalize((0.5,) * 3, (0.5,) * 3), vit),
+        ...               torch.rand(4, 3, 8, 8), maps=2)
+        >>> out["rollout_maps"].shape, out["mean_attention_distance"].shape
+        (torch.Size([2, 2, 2]), torch.Size([2, 2]))
+
+    See chapter: Real photos.
+    """
+    if isinstance(maps, bool) or not isinstance(maps, int) or maps < 1:
+        raise ValueError(
+            f"maps={maps!r}: readout draws the rollout maps of the first `maps` photos, so it "
+            "takes a whole number of 1 or more (maps=8 for eight photos); a negative number "
+            "would silently drop photos from the end instead."
+        )
+    normalize, vit = model[0], model[1]
+    vit.eval()
+    config = vit.config
+    _, attentions = vit.forward_with_attention(normalize(images))  # L x (B, Nh, N, N)
+    prefix = config.num_prefix_tokens  # 2 for a distilled ViT: class, distillation
+    distances = torch.stack(
+        [mean_attention_distance(a, config.grid_size, config.patch_size,
+                                 num_prefix_tokens=prefix) for a in attentions]
+    )  # (L, Nh)  # fmt: skip
+    rollout = attention_rollout([a[:maps] for a in attentions])  # (maps, N, N)
+    return {
+        "rollout_maps": cls_rollout_map(rollout, config.grid_size, num_prefix_tokens=prefix).cpu(),
+        "mean_attention_distance": distances.cpu(),
+    }

@@ -207,7 +207,7 @@ def train_setting(
         )  # fmt: skip
         start = time.perf_counter()
         fit(model, data["train"], recipe, augment=random_shift(1), mix=mix, progress=False,
-            **({"criterion": criterion} if criterion else {}))  # fmt: skip
+            criterion=criterion)  # fmt: skip
         seconds = time.perf_counter() - start
     return model.eval(), seconds
 

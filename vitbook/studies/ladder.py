@@ -1,33 +1,27 @@
-"""The photo chapter's recipe ladder: its rows, its recorded runs and their summary, a read-out.
+"""The photo chapter's recipe ladder: its rows, what each row trains, its recorded runs.
 
-``scripts/train_cifar10.py`` trains each row with several seeds and writes the runs with their
-provenance; the shipped recording is ``vitbook/assets/cifar10_results.json``
-(:data:`RESULTS_PATH`), read with :func:`load_results` and :func:`summarize`. Two ladders are
-defined here:
+``scripts/train_cifar10.py`` trains each row with several seeds: :func:`run_parts` makes what
+``vitbook.train.fit`` trains one run with, and :func:`recipe` is what the run records. The shipped
+recording (:data:`RESULTS_PATH`) is read with :func:`load_results` and :func:`summarize`. The rows:
 
-- :data:`RECORDED_ROWS`, the ladder recorded on an H100 (the shipped file). Its rows change more
-  than one thing at a time (``vit-regularised-100`` adds stochastic depth *and* 70 epochs), so
-  its steps cannot be attributed to one change.
-- :data:`ROWS`, the ladder for the next recording: every row changes exactly one field of the row
-  above (:func:`changes`), training length is a row of its own, and the CNN row takes the last
-  ViT row's budget and augmentation. :data:`PLAN` gives its seeds and :func:`projected_minutes`
-  its cost from the per-epoch time measured alone on an H100 (:data:`H100_SECONDS_PER_EPOCH`).
+- :data:`RECORDED_ROWS`, the ladder recorded on an H100 (the shipped file); its rows change more
+  than one thing at a time (``vit-regularised-100`` adds stochastic depth *and* 70 epochs).
+- :data:`ROWS`, the next ladder: each row changes one field of the row above (:func:`changes`),
+  training length is a row of its own, and the CNN row takes the last ViT row's budget and
+  augmentation. :data:`PLAN` gives its seeds.
 - :data:`DEIT_ROWS`, the rows of "Can a ViT beat the CNN that taught it?" on photos: one change
   each from ``vit-200`` (the distilled student, its two controls, the stem).
 
-The next recording takes its runs in the order of :func:`recording_order` (the data-efficient
-chapter's answer first), :func:`plan_cost` prices it from the compiled loop's measured epoch, and
-:func:`recording_progress` says what a possibly partial results file holds of it: which rows and
-seeds are recorded, which are missing, which rows are partial.
-
-:func:`readout` is what the chapter shows of a trained photo ViT: attention rollout from the class
-token and the mean attention distance of every head.
+The next recording takes its runs in :func:`recording_order` (the data-efficient chapter's answer
+first), :func:`plan_cost` prices it from the measured epoch (:data:`H100_SECONDS_PER_EPOCH`), and
+:func:`recording_progress` says what a possibly partial results file holds of it.
 
 See chapter: Real photos.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from pathlib import Path
 
@@ -36,34 +30,44 @@ from torch import nn
 
 from vitbook import _files
 from vitbook._files import ASSETS
-from vitbook.analysis import attention_rollout, cls_rollout_map, mean_attention_distance
-from vitbook.studies import records
+from vitbook.baselines import CifarResNet18
+from vitbook.data import augment
+from vitbook.data.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
+from vitbook.studies import cpu_photos, records
 from vitbook.studies.recording import Progress, progress_of
+from vitbook.train import Recipe
+from vitbook.train.distill import DistillationLoss
+from vitbook.vit import VisionTransformer, ViTConfig
 
 __all__ = [
+    "ALL_ROWS",
     "DEIT_ROWS",
     "FIRST_ROWS",
     "H100_SECONDS_PER_EPOCH",
     "NEXT_RESULTS_PATH",
+    "PHOTO_VIT",
     "PLAN",
     "Progress",
     "RECORDED_ROWS",
     "RESULTS_PATH",
     "ROWS",
+    "TINY_VIT",
+    "augmentation",
+    "build",
     "changes",
     "describe",
     "describe_change",
     "group_provenance",
     "load_results",
     "load_progress",
-    "macs",
     "plan_cost",
     "planned_recipe",
     "projected_minutes",
-    "readout",
+    "recipe",
     "recipes",
     "recording_order",
     "recording_progress",
+    "run_parts",
     "summarize",
 ]
 
@@ -154,6 +158,113 @@ FIRST_ROWS = ("resnet18-200", "vit-200", "vit-200-deit-hard", "vit-200-token", "
 H100_SECONDS_PER_EPOCH = {"fit, crop and flip": 2.15, "plain loop": 2.00,
                           "vit-mix-200, all of it": (3.1, 3.6),
                           "fit(compile=True), crop and flip": 1.455}  # fmt: skip
+
+# The photo ViT: 32 px, 4 x 4 patches (64 tokens and the class token), D = 256, 6 blocks.
+PHOTO_VIT = ViTConfig(img_size=32, patch_size=4, num_classes=10, embed_dim=256, depth=6,
+                      num_heads=8, mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
+TINY_VIT = ViTConfig(img_size=32, patch_size=8, num_classes=10, embed_dim=32, depth=2,
+                     num_heads=2, mlp_ratio=2.0, attn_impl="sdpa")  # fmt: skip
+# Every row a run can name: the next ladder, the recorded one, the data-efficient rows, the CPU's.
+ALL_ROWS: dict[str, dict[str, object]] = {**ROWS, **RECORDED_ROWS, **DEIT_ROWS, **cpu_photos.ROWS}
+
+
+def build(row: dict[str, object], n_cls: int, tiny: bool = False) -> nn.Module:
+    """A row's model, untrained, with the photos' normalisation as its first layer.
+
+    See chapter: Real photos.
+    """
+    if row["model"] == "resnet18":
+        body: nn.Module = CifarResNet18(n_cls)
+    else:
+        base = TINY_VIT if tiny else ViTConfig(**row["vit"]) if "vit" in row else PHOTO_VIT
+        config = dataclasses.replace(
+            base, num_classes=n_cls, drop_path_rate=row.get("drop_path_rate", 0.0),
+            distilled=row.get("distilled", False), stem=row.get("stem", "patch"),
+            depth=base.depth - row.get("blocks_removed", 0),
+            class_token=row.get("class_token", base.class_token), pool=row.get("pool", base.pool),
+        )  # fmt: skip
+        body = VisionTransformer(config)
+    return nn.Sequential(Normalize(CIFAR10_MEAN, CIFAR10_STD), body)
+
+
+def augmentation(row: dict[str, object]) -> augment.Augment:
+    """A row's augmentation, drawn per photo on the training device. See chapter: Real photos."""
+    steps = [augment.random_crop_flip(padding=4)]
+    if row["augment"] == "crop-flip+randaugment":
+        # The recorded rows: bin 9 of torchvision's 31 rotates by up to 9 degrees, about m3 on
+        # timm's 0-10 scale, a third of DeiT's m9 (27 degrees).
+        steps.append(augment.rand_augment(2, 9))
+    if row.get("rand_augment"):  # the next ladder: DeiT's m9, mstd 0.5, on timm's scale
+        steps.append(augment.rand_augment(**row["rand_augment"]))
+    if row.get("random_erasing"):  # last, as timm erases; fit mixes (MixUp/CutMix) after it
+        steps.append(augment.random_erasing(p=row["random_erasing"]))
+    return augment.compose(*steps)
+
+
+def recipe(name: str, batch_size: int | None = None) -> dict[str, object]:
+    """What a run of row ``name`` records as its recipe (the recorded rows keep their layout).
+
+    Example:
+        >>> recipe("vit-mix-200", 128)["batch_size"], "label_smoothing" in recipe("vit-mix-200")
+        (128, False)
+
+    See chapter: Real photos.
+    """
+    row = ALL_ROWS[name]
+    if name in RECORDED_ROWS:
+        base = {k: v for k, v in BASE.items() if not (row.get("mix") and k == "label_smoothing")}
+        row = {**base, **row}
+    return {**{k: v for k, v in row.items() if k != "epochs"},
+            **({"batch_size": batch_size} if batch_size else {})}  # fmt: skip
+
+
+def run_parts(row: str, n_cls: int, *, seed: int, epochs: int, batch_size: int | None = None,
+              teacher: nn.Module | None = None, tiny: bool = False,
+              ) -> tuple[nn.Module, Recipe, augment.Augment, augment.Mix | None, nn.Module | None]:
+    """What ``fit`` trains one run of ``row`` with: ``(model, recipe, augment, mix, criterion)``.
+
+    The model is built after ``torch.manual_seed(seed)``; the recipe is :data:`BASE`, the row's
+    changes, ``epochs``, ``seed`` and ``batch_size`` (``None``: the base's). Label smoothing is
+    applied once, where the targets are made: by MixUp/CutMix when the row mixes, else by a
+    distillation criterion; the recipe then has ``label_smoothing=0``. ``teacher`` is the trained
+    model of a distilled row's ``"teacher"`` row (``None`` for every other row), and ``tiny``
+    puts :data:`TINY_VIT` in every ViT row (smoke runs).
+
+    Raises:
+        ValueError: an unknown row, or a teacher missing or given where the row has none.
+
+    Example:
+        >>> model, recipe, _, mix, loss = run_parts("vit-50-mix", 10, seed=1, epochs=2, tiny=True)
+        >>> recipe.label_smoothing, mix is not None, loss is None
+        (0.0, True, True)
+
+    See chapter: Real photos.
+    """
+    if row not in ALL_ROWS:
+        raise ValueError(f"{row!r} is not a row of the ladder; choose from {list(ALL_ROWS)}.")
+    fields = ALL_ROWS[row]
+    if ("teacher" in fields) != (teacher is not None):
+        raise ValueError(
+            f"{row} learns from {fields['teacher']}: pass its trained model as teacher=."
+            if "teacher" in fields else f"{row} has no teacher; leave teacher=None."
+        )
+    torch.manual_seed(seed)
+    model = build(fields, n_cls, tiny)
+    own = {k: fields[k] for k in ("weight_decay_rule", "repeated_augmentation", "precision")
+           if k in fields}  # fmt: skip
+    run_recipe = Recipe(epochs=epochs, seed=seed,
+                        **{k: fields.get(k, v) for k, v in BASE.items()}, **own)  # fmt: skip
+    if batch_size:
+        run_recipe = run_recipe.replace(batch_size=batch_size)
+    smoothing, mix, criterion = run_recipe.label_smoothing, None, None
+    if fields.get("mix"):
+        mix = augment.mixup_cutmix(n_cls, label_smoothing=smoothing)
+        smoothing = 0.0  # carried by the soft targets: the criterion adds none
+    if "teacher" in fields or fields.get("distilled"):  # no teacher: both heads on the labels
+        criterion = DistillationLoss(teacher, fields["distillation"], label_smoothing=smoothing)
+    if mix is not None or criterion is not None:
+        run_recipe = run_recipe.replace(label_smoothing=0.0)
+    return model, run_recipe, augmentation(fields), mix, criterion
 
 
 def changes(
@@ -334,42 +445,6 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict:
     return results
 
 
-def _summable(runs: list) -> None:
-    """Runs :func:`summarize` can average: a row, an integer seed and both accuracies as fractions
-    in [0, 1] each, and no (row, seed) twice; else a TypeError / ValueError naming the run."""
-    accuracies = ("final_val_accuracy", "test_accuracy")
-    seen: dict[tuple[str, int], int] = {}
-    for i, run in enumerate(runs):
-        missing = [key for key in ("row", "seed", *accuracies) if key not in run]
-        if missing:
-            raise ValueError(
-                f"run {i} lacks {missing}; summarize reads each run's row, seed, "
-                "final_val_accuracy and test_accuracy, as scripts/train_cifar10.py writes them."
-            )
-        row, seed = run["row"], run["seed"]
-        where = f"run {i} (row {row!r} seed {seed!r})"
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(
-                f"{where} has a seed of type {type(seed).__name__}; seeds are integers (seed '0' "
-                "and 0 would count as two seeds): write it as a number."
-            )
-        for key in accuracies:
-            value = run[key]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise TypeError(f"{where} has {key}={value!r}, not a number; fix the run.")
-            if not 0 <= value <= 1:  # NaN too
-                raise ValueError(
-                    f"{where} has {key}={value!r}; accuracies here are fractions in [0, 1] (79 % "
-                    "is 0.79): divide percentages by 100, or fix the run."
-                )
-        if (row, seed) in seen:
-            raise ValueError(
-                f"row {row!r} seed {seed} comes twice (runs {seen[row, seed]} and {i}): one run "
-                "would count as two seeds. Keep one of them."
-            )
-        seen[row, seed] = i
-
-
 def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
     """Per row of the ladder: seeds, mean and spread of the accuracies, wall-clock minutes.
 
@@ -395,7 +470,7 @@ def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
 
     See chapter: Real photos.
     """
-    _summable(results["runs"])
+    records.check_summable(results["runs"])
     table: dict[str, dict[str, float | int | None]] = {}
     for name in dict.fromkeys(run["row"] for run in results["runs"]):
         runs = [run for run in results["runs"] if run["row"] == name]
@@ -464,77 +539,6 @@ def group_provenance(results: dict) -> list[dict[str, object]]:
         group["seeds"] = sorted(group["seeds"])
         group["dates"] = (min(group["dates"]), max(group["dates"]))
     return list(groups.values())
-
-
-@torch.no_grad()
-def macs(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
-    """Multiply-accumulates of one forward pass, per op, counted by ``torch.utils.flop_counter``.
-
-    Two flops make a MAC. The model is put in eval mode. The count is what the ops that run
-    report: ``scaled_dot_product_attention`` on a CPU reports nothing for its products
-    :math:`QK^\\top` and :math:`AV` (use ``attn_impl="explicit"`` to count them, as ``aten.bmm``).
-
-    Args:
-        model: any module.
-        images: its input, e.g. (1, 3, 32, 32) for one photo.
-
-    Returns:
-        ``{op name: MACs}``, e.g. ``{"aten.convolution": ..., "aten.addmm": ...}``.
-
-    Example:
-        >>> macs(nn.Linear(4, 3), torch.rand(2, 4))
-        {'aten.addmm': 24.0}
-
-    See chapter: Real photos.
-    """
-    from torch.utils.flop_counter import FlopCounterMode  # imports torch._dynamo: seconds
-
-    with FlopCounterMode(display=False) as counter:
-        model.eval()(images)
-    return {str(op): flops / 2 for op, flops in counter.get_flop_counts()["Global"].items()}
-
-
-@torch.no_grad()
-def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[str, object]:
-    """Rollout maps and mean attention distances of a photo ViT, ``Normalize`` first.
-
-    Args:
-        model: ``nn.Sequential(Normalize(...), VisionTransformer(...))`` with a class token.
-        images: (B, 3, H, W) photos in [0, 1]; distances are averaged over all B.
-        maps: how many of the first photos get a rollout map.
-
-    Returns:
-        ``{"rollout_maps": (maps, Gh, Gw) the class token's rollout over the patches,
-        "mean_attention_distance": (L, Nh) in pixels, the paper's convention}``, tensors on the
-        CPU.
-
-    Example:
-        >>> from vitbook import VisionTransformer, ViTConfig
-        >>> from vitbook.data.cifar import Normalize
-        >>> vit = VisionTransformer(ViTConfig(img_size=8, patch_size=4, embed_dim=8, depth=2,
-        ...                                   num_heads=2, num_classes=3))
-        >>> out = readout(nn.Sequential(Normalize((0.5,) * 3, (0.5,) * 3), vit),
-        ...               torch.rand(4, 3, 8, 8), maps=2)
-        >>> out["rollout_maps"].shape, out["mean_attention_distance"].shape
-        (torch.Size([2, 2, 2]), torch.Size([2, 2]))
-
-    See chapter: Real photos.
-    """
-    normalize, vit = model[0], model[1]
-    vit.eval()
-    config = vit.config
-    _, attentions = vit.forward_with_attention(normalize(images))  # L x (B, Nh, N, N)
-    prefix = config.num_prefix_tokens  # 2 for a distilled ViT: class, distillation
-    distances = torch.stack(
-        [mean_attention_distance(a, config.grid_size, config.patch_size,
-                                 num_prefix_tokens=prefix) for a in attentions]
-    )  # (L, Nh)  # fmt: skip
-    rollout = attention_rollout([a[:maps] for a in attentions])  # (maps, N, N)
-    return {
-        "rollout_maps": cls_rollout_map(rollout, config.grid_size, num_prefix_tokens=prefix).cpu(),
-        "mean_attention_distance": distances.cpu(),
-    }
-
 
 
 def recording_progress(

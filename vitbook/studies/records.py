@@ -2,10 +2,14 @@
 
 - :func:`spread` is what every results file's summary reports per setting: the seeds' count,
   mean, standard deviation, minimum and maximum.
+- :func:`check_summable` refuses runs that cannot be averaged per row (no accuracy, a seed that
+  is not a number, a percentage, a run twice).
 - :func:`check_together` refuses to join ladder runs that do not belong together (other data,
   device, epochs or recipe, or a row and seed twice); :func:`join` joins them, keeping every
   provenance entry.
 
+:class:`Appender` adds a process's runs to a results file one at a time, under the file's lock,
+to what the file holds at that moment: two processes appending to one file lose no run.
 Writing and reading the files themselves (checked paths, atomic writes) is :mod:`vitbook._files`.
 
 See chapter: Real photos.
@@ -13,15 +17,19 @@ See chapter: Real photos.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import numbers
+import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from vitbook import _files
 from vitbook._files import ResultsFileError
 
-__all__ = ["check_together", "join", "spread"]
+__all__ = ["Appender", "RefusedRun", "check_summable", "check_together", "join", "spread"]
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
@@ -61,6 +69,43 @@ def spread(values: Sequence[float]) -> dict[str, float]:
         "min": min(values),
         "max": max(values),
     }
+
+
+def check_summable(runs: list) -> None:
+    """Runs ``ladder.summarize`` can average: a row, an integer seed and both accuracies as
+    fractions in [0, 1] each, and no (row, seed) twice; else a TypeError / ValueError naming the
+    run."""
+    accuracies = ("final_val_accuracy", "test_accuracy")
+    seen: dict[tuple[str, int], int] = {}
+    for i, run in enumerate(runs):
+        missing = [key for key in ("row", "seed", *accuracies) if key not in run]
+        if missing:
+            raise ValueError(
+                f"run {i} lacks {missing}; summarize reads each run's row, seed, "
+                "final_val_accuracy and test_accuracy, as scripts/train_cifar10.py writes them."
+            )
+        row, seed = run["row"], run["seed"]
+        where = f"run {i} (row {row!r} seed {seed!r})"
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(
+                f"{where} has a seed of type {type(seed).__name__}; seeds are integers (seed '0' "
+                "and 0 would count as two seeds): write it as a number."
+            )
+        for key in accuracies:
+            value = run[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{where} has {key}={value!r}, not a number; fix the run.")
+            if not 0 <= value <= 1:  # NaN too
+                raise ValueError(
+                    f"{where} has {key}={value!r}; accuracies here are fractions in [0, 1] (79 % "
+                    "is 0.79): divide percentages by 100, or fix the run."
+                )
+        if (row, seed) in seen:
+            raise ValueError(
+                f"row {row!r} seed {seed} comes twice (runs {seen[row, seed]} and {i}): one run "
+                "would count as two seeds. Keep one of them."
+            )
+        seen[row, seed] = i
 
 
 def _layout(part: dict, name: str) -> None:
@@ -211,3 +256,108 @@ def join(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = False, note: 
         joined["joins"] += part.get("joins", [])
     joined["joins"].append({**note, "allow_mixed": allow_mixed})
     return joined
+
+
+class RefusedRun(ValueError):
+    """A trained run that its results file does not take; the message names where it is kept.
+
+    See chapter: Real photos.
+    """
+
+
+class Appender:
+    """This process's runs, added to a results file that other processes may be adding to.
+
+    Each :meth:`add` takes the file's lock (``vitbook._files.update_json``), reads what the file
+    holds *now* (another process's runs included), adds this process's provenance ``entry`` the
+    first time (its index is the run's ``process``), lets ``add(data, run, process)`` put the run
+    in, checks the result with ``check(data)`` and writes the whole file atomically. A run that
+    the check refuses (its row and seed written meanwhile by another process, say) is written to
+    a file of its own beside ``path`` instead, named in the :class:`RefusedRun` error: nothing
+    trained is lost.
+
+    Args:
+        path: the results file; it need not exist yet.
+        entry: this process's provenance entry.
+        empty: the content of a new file, without runs or provenance entries.
+        add: puts one run into ``data``, given the index of ``entry``.
+        check: raises ``ValueError`` when ``data`` cannot be written.
+        remedy: how to make a damaged file again, for read errors.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "results.json"
+        >>> def add(data, run, process):
+        ...     data["runs"].append({**run, "process": process})
+        >>> first = Appender(path, {"device": "a"}, empty={"runs": []}, add=add, remedy="")
+        >>> second = Appender(path, {"device": "b"}, empty={"runs": []}, add=add, remedy="")
+        >>> first.add({"seed": 0}); second.add({"seed": 1}); first.add({"seed": 2})
+        >>> [(run["seed"], run["process"]) for run in _files.read_json(path, remedy="")["runs"]]
+        [(0, 0), (1, 1), (2, 0)]
+
+    See chapter: Real photos.
+    """
+
+    def __init__(self, path: str | os.PathLike, entry: dict, *, empty: dict,
+                 add: Callable[[dict, dict, int], None],
+                 check: Callable[[dict], None] | None = None, remedy: str) -> None:  # fmt: skip
+        self.path, self.entry, self.empty = Path(path), entry, empty
+        self._add, self._check, self.remedy = add, check, remedy
+        self.process: int | None = None  # the index of entry, once the file holds it
+        self.added = 0  # runs of this process in the file
+
+    def add(self, run: dict) -> None:
+        """Add ``run`` to the file as it is now, under its lock."""
+        try:
+            _files.update_json(self.path, lambda data: self._with(data, run), remedy=self.remedy)
+        except ValueError as error:  # refused: kept beside, never lost
+            aside = _files.new_path(self.path.parent, f"{self.path.stem}-refused")
+            _files.write_json(aside, {**copy.deepcopy(self.empty),
+                                      "refused": str(error), "runs_of": str(self.path),
+                                      "provenance": [self.entry], "run": run})  # fmt: skip
+            raise RefusedRun(f"{self.path} does not take this run: {error} The run is kept in "
+                             f"{aside}.") from error  # fmt: skip
+        self.added += 1
+
+    def update_entry(self, change: Callable[[dict], None] | None = None) -> None:
+        """Write this process's ``entry`` again (it changed) and let ``change(data)`` tidy the
+        file (an order of its runs, say), under the lock."""
+        if self.process is None:
+            return
+
+        def update(data: dict | None) -> dict:
+            data = self._entered(data)
+            if change is not None:
+                change(data)
+            return data
+
+        _files.update_json(self.path, update, remedy=self.remedy)
+
+    def _entered(self, data: dict | None) -> dict:
+        """``data`` (``empty`` if none) holding this process's entry, its index in ``process``."""
+        data = copy.deepcopy(self.empty) if data is None else data
+        entries = data.setdefault("provenance", [])
+        if self.process is None:
+            entries.append(self.entry)
+            self.process = len(entries) - 1
+        elif self.process < len(entries):  # entries are only ever appended
+            entries[self.process] = self.entry
+        else:
+            raise ResultsFileError(
+                f"{self.path} lost provenance entries while this process wrote to it (it was "
+                f"replaced: it holds {len(entries)}, and this process's is number "
+                f"{self.process}); {self.remedy}"
+            )
+        return data
+
+    def _with(self, data: dict | None, run: dict) -> dict:
+        process = self.process
+        data = self._entered(data)
+        try:
+            self._add(data, run, self.process)
+            if self._check is not None:
+                self._check(data)
+        except ValueError:
+            self.process = process  # nothing written: the entry is not in the file yet
+            raise
+        return data
