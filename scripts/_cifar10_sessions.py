@@ -28,8 +28,8 @@ import torch
 
 from vitbook import _files
 from vitbook.data.cifar import ImageSplits
-from vitbook.studies.ladder import ALL_ROWS, H100_SECONDS_PER_EPOCH, plan_cost, recipe
 from vitbook.studies.budgets import Concurrency, budgets_left
+from vitbook.studies.ladder import ALL_ROWS, H100_SECONDS_PER_EPOCH, plan_cost, recipe
 from vitbook.studies.session import (
     Checkpointer,
     OutOfTime,
