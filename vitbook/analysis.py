@@ -361,7 +361,6 @@ def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[st
     Raises:
         ValueError: ``maps`` is not a whole number of 1 or more.
 
-
     Example:
         >>> from vitbook import VisionTransformer, ViTConfig
         >>> from vitbook.data.cifar import Normalize

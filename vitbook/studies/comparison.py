@@ -262,7 +262,6 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> PairedD
     error, 95% interval, sign count and sign-flip p.
 
     Raises:
-
         TypeError: when ``a`` or ``b`` is not a mapping of int seeds.
         ValueError: different seeds, none, a non-finite value, or percentages beside fractions.
 

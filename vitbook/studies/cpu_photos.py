@@ -106,7 +106,6 @@ def time_to_accuracy(run: dict, levels: tuple[float, ...]) -> dict[float, float 
     first reached each of ``levels`` (fractions); ``None`` where never.
 
     Raises:
-
         ValueError: a run without one time per epoch, or a level outside [0, 1].
 
     Example:

@@ -325,7 +325,6 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
 
     A ViT's ``"macs"`` include QK^T and AV only where its provenance entry says so.
 
-
     Example:
         >>> results = load_results()  # doctest: +SKIP
         >>> sorted(results["runs"]) == sorted(SETTINGS)  # doctest: +SKIP

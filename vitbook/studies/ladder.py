@@ -120,7 +120,6 @@ BEST_ROW = "vit-200"  # the row whose seed 0 the chapter looks inside
 # The rows of "Can a ViT beat the CNN that taught it?": one change each from vit-200. The
 # distilled row learns from resnet18-200 of its own seed; the token-only and mean-pooled rows
 # are its controls (why: that chapter). Three seeds resolve only large gaps.
-
 DEIT_ROWS: dict[str, dict[str, object]] = {
     "vit-200-deit-hard": {**ROWS["vit-200"], "distilled": True, "teacher": "resnet18-200",
                           "distillation": "hard"},
@@ -514,7 +513,6 @@ def load_progress(path: str | Path = NEXT_RESULTS_PATH) -> Progress:
         vitbook._files.ResultsFileError, ValueError: as :func:`recording_progress`.
 
     Example:
-
         >>> load_progress("no-such-file.json").source
         'nothing recorded yet: no file at no-such-file.json'
 

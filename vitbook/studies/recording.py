@@ -134,7 +134,6 @@ def progress_of(
     Raises:
         vitbook._files.ResultsFileError: no list of runs, or a run without a named row, an int
             seed, epochs or recipe.
-
         ValueError: a run of the plan recorded twice, or with other epochs or another recipe.
 
     Example:

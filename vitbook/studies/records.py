@@ -260,7 +260,6 @@ class Appender:
         empty: a new file's content, without runs or provenance.
         remedy: how to make a damaged file again, for read errors.
 
-
     Example:
         >>> import tempfile
         >>> path = Path(tempfile.mkdtemp()) / "results.json"
