@@ -86,14 +86,12 @@ def attention_rollout(
 ) -> torch.Tensor:
     """Attention rollout (Abnar and Zuidema, 2020): attention traced through all layers.
 
-    With A_l layer l's heads fused by ``head_fusion`` (``"mean"``, ``"max"``, ``"min"``)::
+    ``attentions``: (B, Nh, N, N) weights per layer, first first, as
+    ``VisionTransformer.forward_with_attention`` returns them; A_l: layer l's heads fused by
+    ``head_fusion`` (``"mean"``, ``"max"``, ``"min"``)::
 
         A'_l = rownorm(A_l + I)             (= 0.5 A_l + 0.5 I for head_fusion="mean")
         rollout = A'_L ... A'_2 A'_1        (B, N, N), rows summing to 1
-
-    Args:
-        attentions: (B, Nh, N, N) weights per layer, first layer first, as
-            ``VisionTransformer.forward_with_attention`` returns them.
 
     Raises:
         TypeError: ``attentions`` is not a list or tuple of float tensors.
@@ -191,14 +189,11 @@ def mean_attention_distance(
 ) -> torch.Tensor:
     """Each head's mean attention distance in pixels (ViT paper, Figure 7 right, Appendix D.7).
 
-    Query patch i's distance is ``sum_j a_ij * P * |centre_i - centre_j|`` over the patches j
-    (prefix rows and columns dropped), averaged over the query patches and the batch: (Nh,).
-    ``renormalize=False`` (the paper's code) counts attention to the class token as distance 0;
-    ``True`` rescales each query's patch weights to sum to 1 first.
-
-    Args:
-        attention: (B, Nh, N, N) weights of one layer, N = num_prefix_tokens + Gh * Gw.
-        patch_size: P in pixels, so that distances are in pixels of the input image.
+    For one layer's ``attention`` (B, Nh, N, N), N = num_prefix_tokens + Gh * Gw, query patch
+    i's distance is ``sum_j a_ij * P * |centre_i - centre_j|`` over the patches j, P =
+    ``patch_size`` pixels, averaged over query patches and batch: (Nh,). ``renormalize=False``
+    (the paper's code) counts attention to the class token as distance 0; ``True`` rescales
+    each query's patch weights to sum to 1 first.
 
     Raises:
         TypeError / ValueError: ``attention`` is not a finite, non-negative (B, Nh, N, N) float
@@ -243,12 +238,9 @@ def position_embedding_similarity(
 ) -> torch.Tensor:
     """Cosine similarity between the position embeddings of every pair of patches.
 
-    Returns (Gh, Gw, Gh, Gw): ``similarity[r, c, r2, c2]`` compares cells (r, c) and (r2, c2);
-    a zero embedding has similarity 0, with itself too.
-
-    Args:
-        pos_embed: ``model.pos_embed`` (1, num_prefix_tokens + Gh * Gw, D), or patch rows only
-            (Gh * Gw, D) such as :func:`vitbook.sincos_2d`.
+    ``pos_embed``: ``model.pos_embed`` (1, num_prefix_tokens + Gh * Gw, D), or patch rows only
+    (Gh * Gw, D) such as :func:`vitbook.sincos_2d`. Returns (Gh, Gw, Gh, Gw):
+    ``similarity[r, c, r2, c2]`` compares cells (r, c) and (r2, c2); zero embeddings give 0.
 
     Raises:
         TypeError / ValueError: ``pos_embed`` is not a finite float tensor of one of the two
@@ -356,10 +348,8 @@ def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[st
 
     Returns, on the CPU, ``{"rollout_maps": (maps, Gh, Gw), "mean_attention_distance": (L, Nh)}``
     for ``model`` = ``nn.Sequential(Normalize, VisionTransformer)`` and ``images`` (B, 3, H, W)
-    in [0, 1]; ``maps`` (>= 1) of the first photos get a rollout map.
-
-    Raises:
-        ValueError: ``maps`` is not a whole number of 1 or more.
+    in [0, 1]; ``maps`` of the first photos get a rollout map (ValueError unless a whole
+    number of 1 or more).
 
     Example:
         >>> from vitbook import VisionTransformer, ViTConfig

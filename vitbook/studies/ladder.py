@@ -207,9 +207,7 @@ def run_parts(row: str, n_cls: int, *, seed: int, epochs: int, batch_size: int |
     The model is built after ``torch.manual_seed(seed)``. Label smoothing moves from the recipe
     into MixUp/CutMix or the distillation criterion when the row has one. ``teacher``: the
     trained model of the row's ``"teacher"`` row; ``tiny``: :data:`TINY_VIT` (smoke runs).
-
-    Raises:
-        ValueError: an unknown row, or a teacher missing or given where the row has none.
+    ValueError for an unknown row, or a teacher missing or given where the row has none.
 
     Example:
         >>> model, recipe, _, mix, loss = run_parts("vit-50-mix", 10, seed=1, epochs=2, tiny=True)
@@ -386,9 +384,8 @@ def plan_cost(
 def load_results(path: str | Path = RESULTS_PATH) -> dict:
     """The recorded runs of ``scripts/train_cifar10.py``: ``{"runs": [...], "provenance": [...]}``.
 
-    Raises:
-        FileNotFoundError: nothing recorded at ``path``.
-        vitbook._files.ResultsFileError: a damaged file, or one without runs or provenance.
+    FileNotFoundError for no file; ``vitbook._files.ResultsFileError`` for a damaged one, or one
+    without runs or provenance.
 
     See chapter: Real photos.
     """
@@ -507,10 +504,7 @@ def recording_progress(
 
 
 def load_progress(path: str | Path = NEXT_RESULTS_PATH) -> Progress:
-    """:func:`recording_progress` of the file at ``path``; no file: nothing recorded yet.
-
-    Raises:
-        vitbook._files.ResultsFileError, ValueError: as :func:`recording_progress`.
+    """:func:`recording_progress` of the file at ``path`` (none: nothing recorded); raises as it.
 
     Example:
         >>> load_progress("no-such-file.json").source

@@ -26,11 +26,8 @@ __all__ = ["Appender", "RefusedRun", "check_summable", "check_together", "join",
 
 def spread(values: Sequence[float]) -> dict[str, float]:
     """The seeds' spread of one number: ``n``, ``mean``, ``std`` (0.0 for one seed), ``min``,
-    ``max``.
-
-    Raises:
-        TypeError: a value that is not a real number, named with its position.
-        ValueError: no values, or a NaN or infinite one, named with its position.
+    ``max``. TypeError for a value that is not a real number, ValueError for none or a NaN or
+    infinite one, each named with its position.
 
     Example:
         >>> {name: round(value, 4) for name, value in spread([0.8, 0.9]).items()}
@@ -255,10 +252,7 @@ class Appender:
     it is now, appends ``entry`` to its provenance the first time, calls ``add(data, run,
     process)`` and ``check(data)`` (raises ``ValueError`` to refuse) and writes it atomically. A
     refused run goes to a file beside ``path``, named in the :class:`RefusedRun` raised.
-
-    Args:
-        empty: a new file's content, without runs or provenance.
-        remedy: how to make a damaged file again, for read errors.
+    ``empty``: a new file's content; ``remedy``: how to make a damaged file again.
 
     Example:
         >>> import tempfile
@@ -296,8 +290,7 @@ class Appender:
         self.added += 1
 
     def update_entry(self, change: Callable[[dict], None] | None = None) -> None:
-        """Write this process's ``entry`` again (it changed) and let ``change(data)`` tidy the
-        file (an order of its runs, say), under the lock."""
+        """Write this process's ``entry`` again and let ``change(data)`` tidy the file, locked."""
         if self.process is None:
             return
 
