@@ -1,8 +1,7 @@
 """One run of ``train_cifar10.py``: a ladder row trained with one seed, its record, its weights.
 
-The script's own module (it is imported from the script's folder): what a row trains with is
-``vitbook.studies.ladder.run_parts``; here are the run's teacher, the record it writes, the
-read-out of the trained model, the weights file and the provenance of a process.
+The script's own module: a run's teacher, its record, the trained model's read-out, its weights
+file and a process's provenance; what a row trains with is ``vitbook.studies.ladder.run_parts``.
 """
 
 from __future__ import annotations
@@ -55,8 +54,7 @@ def load_teacher(args, name: str, seed: int, n_cls: int, device: torch.device) -
     """A teacher row's saved weights (written by --save-dir), behind the photos' normalisation.
 
     Raises:
-        ValueError: the file is damaged, or holds another model or another run, naming the
-            file and what to do (never safetensors' own error or a list of hundreds of keys).
+        ValueError: the file is damaged, or holds another model or run, naming the file.
     """
     from vitbook.pretrained.checkpoints import read_weights
 
@@ -114,10 +112,9 @@ def run(
 ) -> tuple:
     """Train one row with one seed; return (the run's record, the trained model).
 
-    A distilled row takes its teacher from ``args.teachers`` (the models trained earlier in this
-    command, by row and seed), or else from ``--teacher-dir``. With ``resume`` and
-    ``after_epoch`` (a state folder), the run continues a saved state and may stop early: the
-    record is then ``None``.
+    A distilled row's teacher comes from ``args.teachers`` (row, seed) or ``--teacher-dir``.
+    With ``resume`` and ``after_epoch`` the run continues a saved state and may stop early (the
+    record is then ``None``).
     """
     row, teacher = ALL_ROWS[name], None
     if "teacher" in row:  # DeiT: the teacher labels the batch the student sees, in its autocast

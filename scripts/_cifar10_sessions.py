@@ -1,12 +1,9 @@
 """Sessions of any length for ``train_cifar10.py --state DIR``: a state folder, a budget, runs
 side by side.
 
-The script's own module (it is imported from the script's folder). :func:`record` is one
-session: it claims the folder (``vitbook.studies.session.StateFolder``), trains the runs left in
-recording order within ``--minutes``, one at a time in this process (:func:`record_run`) or side
-by side in processes of their own (:func:`side_by_side`, each a :class:`Worker` running the script
-with ``--worker``, :func:`work`), measuring how many fit at once, and then reports what is left.
-:func:`print_plan` prices a plan (``--plan-only``).
+The script's own module. :func:`record` is one session: it claims the folder
+(``vitbook.studies.session.StateFolder``) and trains the runs left within ``--minutes``, here
+(:func:`record_run`) or side by side in processes of their own (:func:`side_by_side`).
 """
 
 from __future__ import annotations
@@ -198,8 +195,7 @@ def work(args, parser: argparse.ArgumentParser) -> int:
 
 
 def epoch_times(args, session: int) -> dict[str, float]:
-    """Row -> the median epoch of this session's runs, their first epoch (set-up, compiling)
-    left out where there are others."""
+    """Row -> the median epoch of this session's runs, first epochs left out where others exist."""
     found: dict[str, list[float]] = {}
     firsts: dict[str, list[float]] = {}
     for row, seed in args.order:
@@ -303,9 +299,8 @@ def measure(args, running: list[Worker], session: int, chooser: Concurrency,
 
 
 def record(args, parser: argparse.ArgumentParser) -> int:
-    """One session of a state folder: the runs left, within --minutes, then a report. The
-    session holds the folder throughout (StateFolder.session_lock): a second session on it is
-    refused before it reads the data or trains anything."""
+    """One session of a state folder: the runs left, within --minutes, then a report; a second
+    session on the folder is refused (StateFolder.session_lock) before it trains."""
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(args.folder.session_lock())

@@ -10,40 +10,27 @@
     python scripts/run_distillation.py --check vitbook/assets/distillation.json --only \\
         "CNN teacher" --seeds 0
 
-The settings, the models and one run are defined in vitbook.studies.distill_digits, so that the
-chapter and the tests use the same code. For every seed the teachers are trained first (the CNN, and
-the ViT trained from scratch, which is the ViT teacher); every student of that seed learns from
-them. Settings are compared by their validation accuracy; each model reads the test digits once,
-after training, and no choice depends on them.
+The settings, the models and one run are ``vitbook.studies.distill_digits``'s. For every seed the
+teachers train first and that seed's students learn from them; settings are compared on
+validation, and each model reads the test digits once, after training.
 
-Nothing recorded is replaced or lost; the rules are those of scripts/train_cifar10.py:
+Nothing recorded is replaced or lost (the rules of scripts/train_cifar10.py):
 
-- Outputs. Without --out the results go to a new file in runs/ (not tracked). --out FILE names
-  a file; an existing one gets this run's runs appended, and only if they belong with its runs:
-  the same digits, student, recipe and distillation constants, the same definition of every
-  setting they share, no setting and seed twice, and the same torch, CPU and CPU capability
-  unless --allow-mixed says that runs of another machine may join (every run names the
-  provenance entry of the process that made it, "process"; a run without one was made by entry
-  0). The shipped files, vitbook/assets/distillation.json and (seed 0's CNN teacher, only when a
-  new file records it) vitbook/assets/digits_cnn_teacher.safetensors, are written only with
-  --write-assets, and the teacher's file is never replaced. To record afresh, write a new file.
-  Two runs may write one --out at once: each run is added under the file's lock to what the file
-  holds then (vitbook.studies.records.Appender), and a merge into it waits for that lock.
-- Seeds and settings: each named once (--seeds 0 0 would count one run as two seeds).
-- Merges (--merge) join files into --out (default a new file in runs/) by the same rules; an
-  existing --out must be one of the files merged, or its runs would be lost. A file that is not
-  a results file of this miniature (an unknown setting, an accuracy that is not a number in
-  [0, 1], a provenance entry without its machine) is refused with its name and what is wrong.
+- Without --out the results go to a new file in runs/. An existing --out FILE takes this run's
+  runs only if they belong with its own: the same digits, student, recipe, distillation constants
+  and setting definitions, no setting and seed twice, and the same torch, CPU and CPU capability
+  unless --allow-mixed (a run without "process" belongs to provenance entry 0). The shipped
+  files in vitbook/assets are written only with --write-assets, and the teacher's file is never
+  replaced. Runs are added under the file's lock (vitbook.studies.records.Appender), so two runs
+  may write one --out at once.
+- Seeds and settings are each named once.
+- --merge joins files into --out by the same rules; an existing --out must be one of them. A
+  file that is not a results file of this miniature is refused with what is wrong.
 
-Every path is checked before anything trains, and every write goes to a temporary file in the
-same folder that is flushed to disk and then moved into place, so a reader sees the old file or
-the new one; a long run writes after every run, so it keeps its progress.
-
-Every run trains on one CPU thread with deterministic algorithms: on the same machine and
-software the numbers come out the same, which --check verifies by re-running a slice. The
-provenance records the CPU, torch's CPU capability and the variables that choose the kernels
-(ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS), so that a later exact re-run
-can tell the arithmetic that wrote a file. Run it beside other work with `nice -n 10` and
+Every path is checked before anything trains; every write is atomic, after every run. Every run
+trains on one CPU thread, deterministically, so --check can re-run a slice and compare; the
+provenance records what decides the arithmetic (the CPU, its capability, ATEN_CPU_CAPABILITY,
+ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS). Run it beside other work with `nice -n 10` and
 OMP_NUM_THREADS=1.
 """
 
@@ -137,8 +124,7 @@ def _share(value: object) -> bool:
 
 
 def _earlier_teachers(teachers: object) -> bool:
-    """True for a file's ``teachers`` that this code's TEACHERS extends: every teacher it names
-    is trained by the same setting here (a file recorded before more teachers were added)."""
+    """True when every teacher a file's ``teachers`` names is trained by the same setting here."""
     return isinstance(teachers, dict) and teachers.items() <= TEACHERS.items()
 
 
@@ -214,9 +200,8 @@ def validate(results: dict, name: str) -> None:
 def check_together(parts: list[tuple[str, dict]], *, allow_mixed: bool) -> None:
     """Refuse parts (files, or this run's plan) whose runs do not belong in one file.
 
-    Each part is ``(name, results)``; planned runs may be given as runs with a seed only and a
-    provenance of this machine. No setting and seed may come twice; runs of another torch, CPU,
-    CPU capability or kernel variables join only with ``allow_mixed``.
+    ``parts``: ``(name, results)``, planned runs with a seed only. No setting and seed twice;
+    runs of other arithmetic (torch, CPU, kernel variables) join only with ``allow_mixed``.
     """
     seen: dict[tuple[str, int], str] = {}
     twice, machines = [], {}

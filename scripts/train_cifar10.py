@@ -11,57 +11,31 @@
     python scripts/train_cifar10.py --data cifar10.npz --state runs/state --minutes 10  # a session
     python scripts/train_cifar10.py --plan-only --minutes 10    # the plan, priced, in budgets
 
-The rows are ``vitbook.studies.ladder.ROWS`` (each changes one thing from the row above; seeds from
-``vitbook.studies.ladder.PLAN``), to reproduce the shipped recording ``RECORDED_ROWS``, and the rows
-of "Can a ViT beat the CNN that taught it?" (``DEIT_ROWS``): the ladder's best ViT recipe and budget
-(``vit-200``) distilled from the ladder's ResNet-18 (``resnet18-200``, same augmentation and
-budget) through DeiT's distillation token and hard targets; its two controls, the token with no
-teacher (both heads on the labels) and the ViT read out by mean pooling; and the same ViT with a
-convolutional stem and one encoder block fewer. A distilled row with a teacher needs its
-teacher's trained weights for each seed: trained earlier in the same command (the teacher's row
-runs first), or found in ``--teacher-dir`` as ``<teacher row>-seed<seed>.safetensors``, the file
-``--save-dir`` writes; the script checks that it is there before anything trains. Every row
-trains with ``vitbook.train.fit`` (mixed precision, data and augmentation on the GPU), choosing
-nothing on the test set: each run records the validation accuracy after every epoch and reads
-the test set once, at the end.
+The rows: ``vitbook.studies.ladder.ROWS`` (seeds from ``vitbook.studies.ladder.PLAN``), the shipped
+recording's ``RECORDED_ROWS`` and the rows of "Can a ViT beat the CNN that taught it?"
+(``DEIT_ROWS``). A distilled row needs its teacher's weights for each seed: trained earlier in the
+same command, or in ``--teacher-dir`` as ``<teacher row>-seed<seed>.safetensors`` (what
+``--save-dir`` writes), checked before anything trains. Every row trains with
+``vitbook.train.fit``; each run records the validation accuracy after every epoch and reads the
+test set once, at the end.
 
-Nothing recorded is overwritten. By default the results go to a new file, ``runs/cifar10-<UTC
-time>.json``; ``--out FILE`` names a file, and an existing one gets this run's runs appended only
-if they belong with its runs (same data checksum, device, epochs and recipe per row, no row and
-seed twice). Files in ``vitbook/assets`` (the shipped recording) are written only with
-``--write-assets``. Every output path is checked before anything trains, and every write is
-atomic; two runs may write one ``--out`` at once (each run is added under the file's lock to what
-the file holds then, and a merge into it waits for that lock). The file holds every run and one
-provenance entry per process (the GPU, torch and CUDA versions, the data's source and checksum,
-the seeds and the command); each run names its entry
-(``process``), its wall-clock minutes (under a shared GPU, longer than alone) and its peak GPU
-memory. For seed 0 of the best row (``--inside``) it also records what the chapter shows of the
-trained model: attention rollout from the class token on eight test photos and the mean
-attention distance of every head. ``--save-dir`` also writes each run's trained weights
-(safetensors) and that read-out as a file of its own.
+Nothing recorded is overwritten: results go to a new ``runs/cifar10-<UTC time>.json``, or to
+``--out FILE``, which takes this run's runs only if they belong with its own (added under the
+file's lock); ``vitbook/assets`` is written only with ``--write-assets``. Every output path is
+checked before anything trains and every write is atomic. The file holds every run and one
+provenance entry per process. ``--inside`` records the chapter's read-out of the best row's seed
+0; ``--save-dir`` writes each run's weights and read-out.
 
-Sessions of any length (``--state DIR``, ``--minutes M``): the next recording (the ladder and the
-data-efficient rows, in ``vitbook.studies.ladder.recording_order``: seed 0 of ``resnet18-200``,
-``vit-200``, ``vit-200-deit-hard`` and ``vit-200-conv-stem`` first) is recorded into a state
-folder (``vitbook.studies.session``), a session at a time. Every run saves its whole training state
-there every ``--save-every`` minutes, when SIGTERM or SIGINT ask it to stop, and before the budget
-of ``M`` minutes ends; the next session, on the same machine or a bare one with the folder and the
-data file copied over, continues each unfinished run where it stopped (on the CPU the finished run
-is bit for bit the one an uninterrupted process makes). Runs share the GPU side by side
-(``--processes``: how many is measured at the start of each session and printed); a finished run
-joins ``DIR/results.json`` with the provenance of every session. A folder made with other data,
-code, torch, precision or recipe is refused, and so is one with results but no ``plan.json`` or
-one that holds what a state folder does not; a run that failed is named in every report with
-the file to delete to train it again. On a GPU the step is compiled (``--no-compile`` to train
-eagerly); the compiler's caches live in the folder too.
+Sessions (``--state DIR``, ``--minutes M``): the next recording, in
+``vitbook.studies.ladder.recording_order``, goes into a state folder
+(``vitbook.studies.session``). Each run saves its training state every ``--save-every`` minutes,
+on SIGTERM or SIGINT and before the budget ends; the next session, on any machine with the folder
+and the data file, continues it. A folder of other data, code, torch, precision or recipe is
+refused. On a GPU the step is compiled (``--no-compile``: eager).
 
-Under ``torchrun`` each process takes its share of every global batch inside PyTorch's
-DistributedDataParallel (see ``fit``); only the first process writes. Each worker waits for the
-others (to start, and at every step's gradient average) at most ``--dist-timeout`` seconds (5
-minutes by default); a worker that stops or does not answer in that time stops the others with a
-message that says what they waited for, instead of a hang.
-On the CPU, ``torchrun --nproc_per_node=2`` runs with the gloo backend, which is how the tests
-check that two processes compute the same losses as one.
+Under ``torchrun`` each process takes its share of every global batch (DistributedDataParallel;
+gloo on the CPU) and only the first writes; a worker that waits longer than ``--dist-timeout``
+seconds stops the others with a message.
 """
 
 

@@ -1,11 +1,8 @@
 """Looking inside a trained ViT: attention rollout, attention distance, position and filter maps.
 
-Four read-outs, each behind a figure of the literature: attention rollout (Abnar and Zuidema,
-2020; ViT paper, Figure 6), mean attention distance per head (Figure 7 right), position-embedding
-similarity (Figure 7 centre) and the principal components of the patch-embedding filters
-(Figure 7 left). All detach their inputs, so results go straight to matplotlib, and all run on
-whatever device their inputs are on. :func:`readout` takes the first two of a trained photo
-model at once, and :func:`macs` counts what one forward pass of any model costs.
+Attention rollout (ViT paper, Figure 6), mean attention distance (Figure 7 right),
+position-embedding similarity (centre) and patch-filter components (left), plus :func:`readout`
+and :func:`macs`. All detach their inputs and run on their inputs' device.
 
 See chapter: Inside a trained ViT.
 """
@@ -89,27 +86,17 @@ def attention_rollout(
 ) -> torch.Tensor:
     """Attention rollout (Abnar and Zuidema, 2020): attention traced through all layers.
 
-    Each layer's heads are fused into one map A_l, the residual connection is accounted for by
-    adding the identity, rows are renormalised to sum to 1, and the maps are multiplied::
+    ``attentions``: (B, Nh, N, N) weights per layer, first first, as
+    ``VisionTransformer.forward_with_attention`` returns them; A_l: layer l's heads fused by
+    ``head_fusion`` (``"mean"``, ``"max"``, ``"min"``)::
 
         A'_l = rownorm(A_l + I)             (= 0.5 A_l + 0.5 I for head_fusion="mean")
-        rollout = A'_L ... A'_2 A'_1        (B, N, N)
-
-    ``rollout[b, i, j]`` is the share of output token i that comes from input token j; each row
-    sums to 1.
-
-    Args:
-        attentions: the per-layer weights from ``VisionTransformer.forward_with_attention``, a
-            list of (B, Nh, N, N) tensors, first layer first.
-        head_fusion: ``"mean"`` (the paper's choice), ``"max"`` or ``"min"`` over the heads.
-
-    Returns:
-        (B, N, N), rows summing to 1.
+        rollout = A'_L ... A'_2 A'_1        (B, N, N), rows summing to 1
 
     Raises:
         TypeError: ``attentions`` is not a list or tuple of float tensors.
-        ValueError: it is empty, a map is not (B, Nh, N, N), holds NaN, inf or negative
-            values or rows that do not sum to 1 (within rounding), or two layers' B or N differ.
+        ValueError: it is empty, a map is not softmax weights (B, Nh, N, N), or layers differ
+            in B or N.
 
     Example:
         >>> uniform = torch.full((2, 3, 5, 5), 1 / 5)
@@ -157,24 +144,12 @@ def cls_rollout_map(
 ) -> torch.Tensor:
     """The class token's row of a rollout, over the patches, laid out on the patch grid.
 
-    Row 0 says how much each input token feeds the class token, and so the classifier. Prefix
-    columns are dropped and the patch columns (row-major grid order) reshaped to (Gh, Gw); values
-    are not renormalised, so they sum to 1 minus the prefix tokens' share. ``token=1`` reads the
-    distillation token's row of a distilled model (``config.num_prefix_tokens`` is then 2).
-
-    Args:
-        rollout: (B, N, N) from :func:`attention_rollout`, N = num_prefix_tokens + Gh * Gw.
-        grid_size: (Gh, Gw), or G for a square grid (``config.grid_size``).
-        num_prefix_tokens: tokens before the patches, the class token first; at least 1.
-        token: which prefix token's row: 0 the class token, 1 the distillation token.
-
-    Returns:
-        (B, Gh, Gw).
+    Returns (B, Gh, Gw) from ``rollout`` (B, N, N), N = num_prefix_tokens + Gh * Gw; not
+    renormalised. ``token=1`` reads a distilled model's distillation token.
 
     Raises:
-        TypeError / ValueError: ``rollout`` is not a (B, N, N) float tensor of finite values, N
-            does not match the grid, there is no class token (num_prefix_tokens=0), or
-            ``token`` is not one of the prefix tokens.
+        TypeError / ValueError: ``rollout`` is not a finite (B, N, N) float tensor, N does not
+            match the grid, there is no class token, or ``token`` is not a prefix token.
 
     Example:
         >>> rollout = attention_rollout([torch.full((2, 3, 7, 7), 1 / 7)])
@@ -214,40 +189,15 @@ def mean_attention_distance(
 ) -> torch.Tensor:
     """Each head's mean attention distance in pixels (ViT paper, Figure 7 right, Appendix D.7).
 
-    For query patch i, the distance is the attention-weighted average of the Euclidean distances
-    from patch centre i to every key patch centre j, ``P * sqrt((row_i - row_j)^2 + (col_i -
-    col_j)^2)``; it is then averaged over the query patches and the batch.
-
-    Only patch-to-patch attention counts: the prefix rows and columns (the class token) are
-    dropped. Two conventions differ in what happens next:
-
-    - ``renormalize=False`` (the default, the ViT authors' code and so the paper's Figure 7):
-      the remaining weights are used as they are. Attention a query pays to the class token
-      counts as distance 0, so a head that looks mostly at the class token comes out local.
-    - ``renormalize=True``: each query's weights over the patches are rescaled to sum to 1
-      first, a true weighted average over the image; the distance is then larger by
-      1 / (the row's share of attention on the patches). A query that puts no weight at all on
-      the patches contributes 0.
-
-    Without a prefix token (``num_prefix_tokens=0``) the rows already sum to 1 and the two agree.
-
-    Args:
-        attention: (B, Nh, N, N) weights of one layer, N = num_prefix_tokens + Gh * Gw.
-        grid_size: (Gh, Gw), or G for a square grid.
-        patch_size: P in pixels, so that distances are in pixels of the input image.
-        num_prefix_tokens: tokens before the patches (1 with a class token, 2 for a distilled
-            model: ``config.num_prefix_tokens``).
-        renormalize: rescale each query's patch weights to sum to 1 (see above); False follows
-            the paper.
-
-    Returns:
-        (Nh,): one distance per head, averaged over the batch and the query patches. For one
-        image's distances pass ``attention[b : b + 1]``.
+    For one layer's ``attention`` (B, Nh, N, N), N = num_prefix_tokens + Gh * Gw, query patch
+    i's distance is ``sum_j a_ij * P * |centre_i - centre_j|`` over the patches j, P =
+    ``patch_size`` pixels, averaged over query patches and batch: (Nh,). ``renormalize=False``
+    (the paper's code) counts attention to the class token as distance 0; ``True`` rescales
+    each query's patch weights to sum to 1 first.
 
     Raises:
-        TypeError / ValueError: ``attention`` is not a (B, Nh, N, N) float tensor of finite,
-            non-negative weights (rows need not sum to 1: they are renormalised), N does not
-            match the grid, or ``patch_size`` is not a positive int.
+        TypeError / ValueError: ``attention`` is not a finite, non-negative (B, Nh, N, N) float
+            tensor, N does not match the grid, or ``patch_size`` is not a positive int.
 
     Example:
         >>> self_only = torch.eye(1 + 3 * 5).expand(2, 4, 16, 16)  # every token attends to itself
@@ -288,23 +238,13 @@ def position_embedding_similarity(
 ) -> torch.Tensor:
     """Cosine similarity between the position embeddings of every pair of patches.
 
-    ``similarity[r, c, r2, c2]`` compares the embedding of grid cell (r, c) with that of
-    (r2, c2); plotting ``similarity[r, c]`` for each cell gives the ViT paper's Figure 7 (centre).
-    Embeddings of length zero have similarity 0 with everything, themselves included.
-
-    Args:
-        pos_embed: the model's ``pos_embed`` (1, num_prefix_tokens + Gh * Gw, D), whose prefix
-            rows are dropped, or a table of patch rows only (Gh * Gw, D) such as
-            :func:`vitbook.sincos_2d`, to which ``num_prefix_tokens`` does not apply.
-        grid_size: (Gh, Gw), or G for a square grid.
-        num_prefix_tokens: rows before the patches in the 3-D form (1 with a class token).
-
-    Returns:
-        (Gh, Gw, Gh, Gw), symmetric, with values in [-1, 1].
+    ``pos_embed``: ``model.pos_embed`` (1, num_prefix_tokens + Gh * Gw, D), or patch rows only
+    (Gh * Gw, D) such as :func:`vitbook.sincos_2d`. Returns (Gh, Gw, Gh, Gw):
+    ``similarity[r, c, r2, c2]`` compares cells (r, c) and (r2, c2); zero embeddings give 0.
 
     Raises:
-        TypeError / ValueError: ``pos_embed`` is not a float tensor of one of the two shapes,
-            holds NaN or inf, or its row count does not match the grid.
+        TypeError / ValueError: ``pos_embed`` is not a finite float tensor of one of the two
+            shapes, or its row count does not match the grid.
 
     Example:
         >>> from vitbook.positional import sincos_2d
@@ -340,24 +280,14 @@ def patch_embedding_components(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Principal components of the patch-embedding filters (ViT paper, Figure 7 left).
 
-    The D filters of ``patch_embed.proj.weight`` are flattened in ``(c ph pw)`` order to a
-    (D, C * P * P) matrix, centred over D, and decomposed by SVD, ``X = U S V^T``. The top r
-    right singular vectors are the components, each reshaped to a (C, P, P) filter; the explained
-    variance ratio of component k is ``S_k^2 / sum(S^2)``. Signs are fixed as in scikit-learn:
-    each component's largest-magnitude entry is positive. Centring leaves rank at most D - 1, so
-    when D <= C * P * P the D-th ratio is 0.
-
-    Args:
-        weight: (D, C, P, P), the patch-embedding convolution's weight.
-        num_components: r, at most min(D, C * P * P); the paper shows 28.
-
-    Returns:
-        ``(components, ratios)``: (r, C, P, P) orthonormal filters, and (r,) explained variance
-        ratios, sorted in decreasing order, summing to at most 1.
+    ``weight`` (D, C, P, P) is flattened in ``(c ph pw)`` order, centred over D and decomposed,
+    ``X = U S V^T``. Returns ``(components, ratios)``: the top r = ``num_components`` rows of
+    V^T as (r, C, P, P) filters, each with its largest entry positive, and their (r,) ratios
+    ``S_k^2 / sum(S^2)``, decreasing.
 
     Raises:
-        TypeError / ValueError: ``weight`` is not a 4-D float tensor of finite values, or r is
-            not a positive int or exceeds min(D, C * P * P).
+        TypeError / ValueError: ``weight`` is not a finite 4-D float tensor, or r is not a
+            positive int or exceeds min(D, C * P * P).
 
     Example:
         >>> weight = torch.randn(24, 3, 4, 4)  # D = 24 filters of 3 * 4 * 4 = 48 values
@@ -396,16 +326,8 @@ def patch_embedding_components(
 def macs(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
     """Multiply-accumulates of one forward pass, per op, counted by ``torch.utils.flop_counter``.
 
-    Two flops make a MAC. The model is put in eval mode. The count is what the ops that run
-    report: ``scaled_dot_product_attention`` on a CPU reports nothing for its products
-    :math:`QK^\\top` and :math:`AV` (use ``attn_impl="explicit"`` to count them, as ``aten.bmm``).
-
-    Args:
-        model: any module.
-        images: its input, e.g. (1, 3, 32, 32) for one photo.
-
-    Returns:
-        ``{op name: MACs}``, e.g. ``{"aten.convolution": ..., "aten.addmm": ...}``.
+    Returns ``{op name: MACs}`` (two flops a MAC), the model in eval mode. On a CPU
+    ``scaled_dot_product_attention`` reports nothing: use ``attn_impl="explicit"``.
 
     Example:
         >>> macs(nn.Linear(4, 3), torch.rand(2, 4))
@@ -424,18 +346,10 @@ def macs(model: nn.Module, images: torch.Tensor) -> dict[str, float]:
 def readout(model: nn.Module, images: torch.Tensor, *, maps: int = 8) -> dict[str, object]:
     """Rollout maps and mean attention distances of a photo ViT, ``Normalize`` first.
 
-    Args:
-        model: ``nn.Sequential(Normalize(...), VisionTransformer(...))`` with a class token.
-        images: (B, 3, H, W) photos in [0, 1]; distances are averaged over all B.
-        maps: how many of the first photos get a rollout map (1 or more; at most B are made).
-
-    Returns:
-        ``{"rollout_maps": (maps, Gh, Gw) the class token's rollout over the patches,
-        "mean_attention_distance": (L, Nh) in pixels, the paper's convention}``, tensors on the
-        CPU.
-
-    Raises:
-        ValueError: ``maps`` is not a whole number of 1 or more.
+    Returns, on the CPU, ``{"rollout_maps": (maps, Gh, Gw), "mean_attention_distance": (L, Nh)}``
+    for ``model`` = ``nn.Sequential(Normalize, VisionTransformer)`` and ``images`` (B, 3, H, W)
+    in [0, 1]; ``maps`` of the first photos get a rollout map (ValueError unless a whole
+    number of 1 or more).
 
     Example:
         >>> from vitbook import VisionTransformer, ViTConfig

@@ -1,11 +1,8 @@
 """Paired comparisons of two recorded settings over the same seeds.
 
-:func:`paired_difference` gives the mean of the per-seed differences A - B, its standard error,
-a 95% Student's t interval (n - 1 degrees of freedom), how many seeds agree in sign, and the
-exact two-sided sign-flip p-value (:func:`sign_flip_p`); where the interval holds 0, the seeds
-cannot tell the settings apart (:meth:`PairedDifference.verdict`). :func:`rank_sum_p` is the
-unpaired exact rank-sum test. The interval covers the training randomness the seeds vary, on
-fixed training, validation and test images. Why, and what each test assumes: the chapter.
+:func:`paired_difference`: the mean per-seed difference A - B, a 95% t interval, the sign count
+and the exact sign-flip p; :func:`rank_sum_p`: the unpaired exact rank-sum test. What each
+assumes: the chapter.
 
 See chapter: How this book compares two settings.
 """
@@ -95,12 +92,10 @@ RANK_SUM_MAX_SPLITS = 1_000_000
 
 
 def rank_sum_p(a: Iterable[float], b: Iterable[float]) -> float | None:
-    """The exact two-sided rank-sum (Wilcoxon-Mann-Whitney) p-value of two settings' runs,
-    unpaired.
+    """The exact two-sided rank-sum (Wilcoxon-Mann-Whitney) p-value of two settings' runs.
 
-    ``a``, ``b``: values, or mappings seed -> value; ties share their mean rank. The floor is
-    2 / C(n_a + n_b, n_a). Returns p in (0, 1]; None when a side is empty or there are more than
-    ``RANK_SUM_MAX_SPLITS`` splits.
+    ``a``, ``b``: values, or seed -> value; ties share their mean rank. Returns p in (0, 1];
+    None when a side is empty or there are more than ``RANK_SUM_MAX_SPLITS`` splits.
 
     Example:
         >>> round(rank_sum_p([0.97, 0.96, 0.98], [0.91, 0.95, 0.90]), 4)  # apart: 2 of 20
@@ -128,11 +123,8 @@ def rank_sum_p(a: Iterable[float], b: Iterable[float]) -> float | None:
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """A - B over the seeds both were recorded with.
-
-    ``se``, ``low``, ``high`` (the 95% t interval) are None for one seed; ``positive`` and
-    ``negative`` count seeds with A above and below B; ``differences`` is by seed; ``sign_flip``
-    is :func:`sign_flip_p`'s p.
+    """A - B over the seeds both were recorded with; ``se``, ``low``, ``high`` (the 95% t
+    interval) are None for one seed; ``positive``/``negative`` count seeds with A above/below B.
     """
 
     n: int
@@ -147,8 +139,7 @@ class PairedDifference:
 
     @property
     def tells(self) -> bool:
-        """True when the 95% t interval excludes 0: the seeds support an order of A and B,
-        if their differences are roughly normal."""
+        """True when the 95% t interval excludes 0."""
         return self.low is not None and (self.low > 0 or self.high < 0)
 
     @property
@@ -187,9 +178,8 @@ class PairedDifference:
         return f"{mean}{unit} (95% interval {low} to {high}; {self._seeds(short=False)}{flip})"
 
     def cell(self, *, scale: float = 100.0, digits: int = 1, p: bool = False) -> str:
-        """The difference as a table cell of three short lines: the mean, the 95% interval and
-        how many seeds agree in sign (``+2.4``, ``-4.9 to +9.7``, ``3 of 5``); ``p=True`` adds
-        ``p 0.0625``. It wraps between lines, never inside a number."""
+        """The difference as a table cell, one line each: ``+2.4``, ``-4.9 to +9.7``, ``3 of 5``
+        (seeds that agree), with ``p=True`` ``p 0.0625``."""
         mean = _signed(self.mean, scale, digits)
         if self.low is None:
             return f"{mean}\none seed"
@@ -221,8 +211,7 @@ _MORE_DIGITS = 4
 
 
 def _bound(value: float, scale: float, digits: int) -> str:
-    """An interval's end as :func:`_signed` writes it, except that one that would print as 0.0
-    but is not 0 keeps its sign and enough digits to show its side.
+    """An interval's end as :func:`_signed` writes it; a non-zero one keeps digits to show its side.
 
     Example:
         >>> _bound(0.00002, 100, 1), _bound(-0.00032, 100, 1), _bound(0.0, 100, 1)
@@ -269,9 +258,8 @@ def _same_units(a: dict[int, float], b: dict[int, float]) -> None:
 
 
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> PairedDifference:
-    """A - B, seed by seed, with its standard error, 95% interval, sign count and sign-flip p.
-
-    ``a`` and ``b`` map seed -> value and must hold the same seeds.
+    """A - B, seed by seed (``a``, ``b``: seed -> value, the same seeds), with its standard
+    error, 95% interval, sign count and sign-flip p.
 
     Raises:
         TypeError: when ``a`` or ``b`` is not a mapping of int seeds.

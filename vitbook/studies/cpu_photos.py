@@ -1,19 +1,9 @@
 """The photo ViT trained on a CPU: its size, its recipe, its recorded run and its time to accuracy.
 
-A ViT of the book's own code (patch embedding, class token, no convolution anywhere) trained
-from scratch on the 45,000 training photos of CIFAR-10 on two CPU cores, within two hours.
-``scripts/train_cifar10.py --plan cpu`` records it through a state folder (so that it can run
-in slots and survive a stop), every epoch's validation accuracy with its wall-clock seconds, and
-the test accuracy on the 10,000 test photos once, at the end; the shipped recording is
-:data:`RESULTS_PATH`, read with :func:`load_results`. :func:`time_to_accuracy` reads the minutes
-at which the validation accuracy first reached each of a list of levels.
-
-The model's size was set by two limits: its weights ship with the package and run in a web page
-(at most 2 million parameters, stored as 8-bit integers), and its epoch had to be short enough
-on two cores for many epochs in two hours (measured by ``benchmarks/photos_cpu.py``). Its
-recipe is the GPU ladder's base recipe (AdamW, peak learning rate 1e-3, weight decay 0.05,
-label smoothing 0.1, crop and flip): two runs of 10 epochs on the validation photos found no
-gain in a peak of 2e-3 (0.668 against 0.675). Its 70 epochs fill about 105 minutes.
+A ViT of the book's own code trained from scratch on CIFAR-10's 45,000 training photos on two
+CPU cores within two hours, recorded by ``scripts/train_cifar10.py --plan cpu`` (every epoch's
+validation accuracy and seconds, the test accuracy once) in :data:`RESULTS_PATH`. Why this size
+and recipe: the chapter.
 
 See chapter: Real photos.
 """
@@ -77,8 +67,7 @@ MEASURED_STEP = {
 
 
 def load_results(path: str | Path = RESULTS_PATH) -> dict:
-    """The recorded CPU run: ``{"runs": [...], "provenance": [...]}`` (a state folder's
-    ``results.json``, copied into the package).
+    """The recorded CPU run: ``{"runs": [...], "provenance": [...]}``.
 
     Raises:
         FileNotFoundError: nothing recorded at ``path``, with the command that records it.
@@ -95,8 +84,7 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict:
 
 
 def load_progress(path: str | Path = RESULTS_PATH) -> Progress:
-    """What a possibly partial results file holds of the CPU plan (see
-    :func:`vitbook.studies.recording.progress_of`)."""
+    """The CPU plan's :class:`vitbook.studies.recording.Progress` in the file at ``path``."""
     path = Path(path)
     order = [(row, seed) for row, seeds in PLAN.items() for seed in seeds]
     planned = {row: (ROWS[row]["epochs"], planned_recipe(row)) for row in PLAN}
@@ -114,17 +102,8 @@ def planned_recipe(row: str) -> dict[str, object]:
 
 
 def time_to_accuracy(run: dict, levels: tuple[float, ...]) -> dict[float, float | None]:
-    """Minutes of training after which the validation accuracy first reached each level.
-
-    The minutes are the run's wall-clock seconds summed epoch by epoch (each epoch's validation
-    pass included), so they are a time-to-accuracy curve read at ``levels``.
-
-    Args:
-        run: a recorded run with ``val_accuracy`` and ``epoch_seconds``, one entry per epoch.
-        levels: accuracies as fractions, e.g. ``(0.5, 0.75)``.
-
-    Returns:
-        ``{level: minutes}``, ``None`` for a level the run never reached.
+    """``{level: minutes}`` of ``run``'s summed ``epoch_seconds`` at which its ``val_accuracy``
+    first reached each of ``levels`` (fractions); ``None`` where never.
 
     Raises:
         ValueError: a run without one time per epoch, or a level outside [0, 1].

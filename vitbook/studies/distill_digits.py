@@ -1,11 +1,8 @@
 """A miniature of DeiT on the digits: can a small ViT beat the CNN that taught it?
 
-Every model of ``SETTINGS`` (CNN teachers, the scratch ViT ``STUDENT``, distilled students and
-controls) trains on ``FRACTION`` of the training digits with ``experiments.RECIPE``; the
-students of seed s learn from the teachers of seed s. :func:`run_one` trains and measures one
-run, on one CPU thread with deterministic algorithms (:func:`reproduce` repeats it).
-``scripts/run_distillation.py`` writes ``vitbook/assets/distillation.json`` and the seed-0 CNN
-teacher (:func:`load_teacher`).
+Each model of ``SETTINGS`` trains on ``FRACTION`` of the training digits with
+``experiments.RECIPE``, students of seed s learning from teachers of seed s; :func:`run_one`
+trains and measures one run, deterministically on one CPU thread.
 
 See chapter: Can a ViT beat the CNN that taught it?
 """
@@ -131,8 +128,7 @@ def build(setting: dict[str, object]) -> nn.Module:
 def macs_per_image(model: nn.Module) -> int:
     """Multiply-accumulates of one 8 x 8 digit through ``model`` (FlopCounterMode / 2).
 
-    A ViT is counted on a copy with ``attn_impl="explicit"``, so that :math:`QK^\\top` and
-    :math:`AV` count (FlopCounterMode has no formula for the fused path on a CPU).
+    A ViT is counted with ``attn_impl="explicit"``, so that QK^T and AV count.
 
     Example:
         >>> macs_per_image(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)))  # 64 x 10
@@ -169,8 +165,8 @@ def train_setting(
 ) -> tuple[nn.Module, float]:
     """Train one setting's model with ``RECIPE`` and ``seed`` on one CPU thread.
 
-    ``teachers`` maps a kind (``"cnn"``, ``"vit"``) to this seed's trained teacher; a missing one
-    is trained first. Returns ``(model, seconds)``, the model in eval mode.
+    ``teachers``: kind (``"cnn"``, ...) -> this seed's teacher; a missing one is trained first
+    and added. Returns ``(model, seconds)``, the model in eval mode.
 
     Example:
         >>> model, seconds = train_setting("CNN teacher", seed=0)  # doctest: +SKIP
@@ -234,10 +230,9 @@ def run_one(
 ) -> tuple[nn.Module, dict[str, object]]:
     """Train one setting with one seed and measure it: ``(model, run)``.
 
-    ``run`` holds ``seed``, the accuracies, ``seconds``, ``parameters``, ``macs``; with a teacher
-    ``teacher_validation_accuracy``; for a ViT ``attention_distance`` ([layer][head] pixels) and
-    ``teacher_agreement``; for a distilled student the two heads' accuracies,
-    ``head_agreement``, ``token_cosine`` and ``final_token_cosine``.
+    ``run``: ``seed``, the accuracies, ``seconds``, ``parameters``, ``macs``; for a ViT
+    ``attention_distance`` ([layer][head] pixels) and ``teacher_agreement``; for a distilled one
+    the heads' accuracies, ``head_agreement``, ``token_cosine``, ``final_token_cosine``.
 
     Example:
         >>> model, run = run_one("CNN teacher", seed=0)  # doctest: +SKIP
@@ -328,8 +323,7 @@ def load_teacher(path: str | Path = TEACHER_PATH) -> DigitsCNN:
 def load_results(path: str | Path = RESULTS_PATH) -> dict[str, object]:
     """The recorded miniature: ``provenance``, the constants, and ``runs[label]`` (one per seed).
 
-    In processes 0 and 1 a ViT's ``"macs"`` leaves out QK^T and AV; later ones count them (their
-    provenance entry says so), as :func:`macs_per_image` does.
+    A ViT's ``"macs"`` include QK^T and AV only where its provenance entry says so.
 
     Example:
         >>> results = load_results()  # doctest: +SKIP

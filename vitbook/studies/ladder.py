@@ -1,20 +1,8 @@
 """The photo chapter's recipe ladder: its rows, what each row trains, its recorded runs.
 
-``scripts/train_cifar10.py`` trains each row with several seeds: :func:`run_parts` makes what
-``vitbook.train.fit`` trains one run with, and :func:`recipe` is what the run records. The shipped
-recording (:data:`RESULTS_PATH`) is read with :func:`load_results` and :func:`summarize`. The rows:
-
-- :data:`RECORDED_ROWS`, the ladder recorded on an H100 (the shipped file); its rows change more
-  than one thing at a time (``vit-regularised-100`` adds stochastic depth *and* 70 epochs).
-- :data:`ROWS`, the next ladder: each row changes one field of the row above (:func:`changes`),
-  training length is a row of its own, and the CNN row takes the last ViT row's budget and
-  augmentation. :data:`PLAN` gives its seeds.
-- :data:`DEIT_ROWS`, the rows of "Can a ViT beat the CNN that taught it?" on photos: one change
-  each from ``vit-200`` (the distilled student, its two controls, the stem).
-
-The next recording takes its runs in :func:`recording_order` (the data-efficient chapter's answer
-first), :func:`plan_cost` prices it from the measured epoch (:data:`H100_SECONDS_PER_EPOCH`), and
-:func:`recording_progress` says what a possibly partial results file holds of it.
+:data:`RECORDED_ROWS` (the shipped recording, :data:`RESULTS_PATH`), :data:`ROWS` (the next
+ladder, one change per row) and :data:`DEIT_ROWS` (one change each from ``vit-200``).
+:func:`run_parts` makes what ``vitbook.train.fit`` trains one run with.
 
 See chapter: Real photos.
 """
@@ -130,12 +118,8 @@ PLAN["resnet18-200"] = (0, 1, 2)  # seed s teaches vit-200-deit-hard's seed s
 BEST_ROW = "vit-200"  # the row whose seed 0 the chapter looks inside
 
 # The rows of "Can a ViT beat the CNN that taught it?": one change each from vit-200. The
-# distilled row learns from resnet18-200 of its own seed (the same augmentation and budget). On
-# the digits a student's gain over the class-token ViT could not be told from the distillation
-# token alone, and a mean-pooled ViT matched every student: the two controls are rows here, so
-# that a gain of vit-200-deit-hard can be laid at the teacher's door, or not. Three seeds each
-# resolve only large gaps (under the t model; no exact sign-flip test of three seeds goes below
-# p = 0.25).
+# distilled row learns from resnet18-200 of its own seed; the token-only and mean-pooled rows
+# are its controls (why: that chapter). Three seeds resolve only large gaps.
 DEIT_ROWS: dict[str, dict[str, object]] = {
     "vit-200-deit-hard": {**ROWS["vit-200"], "distilled": True, "teacher": "resnet18-200",
                           "distillation": "hard"},
@@ -169,10 +153,7 @@ ALL_ROWS: dict[str, dict[str, object]] = {**ROWS, **RECORDED_ROWS, **DEIT_ROWS, 
 
 
 def build(row: dict[str, object], n_cls: int, tiny: bool = False) -> nn.Module:
-    """A row's model, untrained, with the photos' normalisation as its first layer.
-
-    See chapter: Real photos.
-    """
+    """A row's model, untrained, normalising the photos first. See chapter: Real photos."""
     if row["model"] == "resnet18":
         body: nn.Module = CifarResNet18(n_cls)
     else:
@@ -223,15 +204,10 @@ def run_parts(row: str, n_cls: int, *, seed: int, epochs: int, batch_size: int |
               ) -> tuple[nn.Module, Recipe, augment.Augment, augment.Mix | None, nn.Module | None]:
     """What ``fit`` trains one run of ``row`` with: ``(model, recipe, augment, mix, criterion)``.
 
-    The model is built after ``torch.manual_seed(seed)``; the recipe is :data:`BASE`, the row's
-    changes, ``epochs``, ``seed`` and ``batch_size`` (``None``: the base's). Label smoothing is
-    applied once, where the targets are made: by MixUp/CutMix when the row mixes, else by a
-    distillation criterion; the recipe then has ``label_smoothing=0``. ``teacher`` is the trained
-    model of a distilled row's ``"teacher"`` row (``None`` for every other row), and ``tiny``
-    puts :data:`TINY_VIT` in every ViT row (smoke runs).
-
-    Raises:
-        ValueError: an unknown row, or a teacher missing or given where the row has none.
+    The model is built after ``torch.manual_seed(seed)``. Label smoothing moves from the recipe
+    into MixUp/CutMix or the distillation criterion when the row has one. ``teacher``: the
+    trained model of the row's ``"teacher"`` row; ``tiny``: :data:`TINY_VIT` (smoke runs).
+    ValueError for an unknown row, or a teacher missing or given where the row has none.
 
     Example:
         >>> model, recipe, _, mix, loss = run_parts("vit-50-mix", 10, seed=1, epochs=2, tiny=True)
@@ -270,12 +246,8 @@ def run_parts(row: str, n_cls: int, *, seed: int, epochs: int, batch_size: int |
 def changes(
     row: str, above: str, rows: dict[str, dict[str, object]] | None = None
 ) -> dict[str, tuple[object, object]]:
-    """What ``row`` changes from ``above``: ``{field: (before, after)}``, ``None`` for absent.
-
-    Args:
-        row, above: two rows of ``rows``.
-        rows: row -> its epochs and recipe; :data:`ROWS` by default, or :func:`recipes` of a
-            results file.
+    """What ``row`` changes from ``above`` in ``rows`` (:data:`ROWS`, or :func:`recipes` of a
+    results file): ``{field: (before, after)}``, ``None`` for absent.
 
     Example:
         >>> changes("vit-200", "vit-50-repeated")
@@ -335,9 +307,7 @@ def describe_change(change: dict[str, tuple[object, object]]) -> str:
 
 
 def projected_minutes(row: str) -> float | None:
-    """H100-minutes of all of a row's seeds, from the slowest per-epoch time measured alone.
-
-    ``None`` for a row without a per-epoch measurement on an H100 (ResNet-18): never estimated.
+    """H100-minutes of all of a row's seeds at the slowest measured epoch; ``None`` if untimed.
 
     Example:
         >>> projected_minutes("vit-200"), projected_minutes("resnet18-200")
@@ -369,17 +339,9 @@ def planned_recipe(row: str) -> dict[str, object]:
 def recording_order(
     seeds: dict[str, tuple[int, ...]] | None = None,
 ) -> list[tuple[str, int]]:
-    """The next recording's runs, ``(row, seed)``, in the order a recording takes them.
-
-    First seed 0 of :data:`FIRST_ROWS` (``resnet18-200``, ``vit-200``, ``vit-200-deit-hard``,
-    its controls ``vit-200-token`` and ``vit-200-mean``, and ``vit-200-conv-stem``: the
-    data-efficient chapter's answer on photos), then seed 0 of every
-    50-epoch row in ladder order, then the remaining seeds, seed by seed, in the same row order.
-    A distilled run always comes after its teacher's run of the same seed.
-
-    Args:
-        seeds: row -> seeds; by default :data:`PLAN` and the data-efficient rows' three seeds.
-            Rows left out are not recorded.
+    """The next recording's runs ``(row, seed)`` of ``seeds`` (default: :data:`PLAN` and
+    ``DEIT_PLAN``), in order: seed 0 of :data:`FIRST_ROWS`, seed 0 of the other rows, then
+    the later seeds; a teacher's run comes before its student's.
 
     Example:
         >>> recording_order()[5:7]
@@ -402,16 +364,9 @@ def plan_cost(
     seconds_per_epoch: float = H100_SECONDS_PER_EPOCH["fit(compile=True), crop and flip"],
     order: list[tuple[str, int]] | None = None,
 ) -> list[tuple[str, int, int, float | None]]:
-    """Each run's epochs and minutes at a measured epoch time of the photo ViT.
-
-    The default is ``fit(compile=True)``'s epoch on an H100 with crop and flip and no
-    validation, so the rows of the patch-embedding ViT cost at least that: RandAugment, mixing,
-    erasing and a validation pass add to it. Runs of other models (ResNet-18, the distilled
-    student with its teacher's forward pass, the convolutional stem) were never timed: their
-    minutes are ``None``, never estimated.
-
-    Returns:
-        ``[(row, seed, epochs, minutes or None)]`` in recording order.
+    """``[(row, seed, epochs, minutes)]`` in recording order at ``seconds_per_epoch`` of the
+    photo ViT (a lower bound: the default has no augmentation beyond crop and flip); minutes
+    are ``None`` for models never timed (ResNet-18, a distilled student, the conv stem).
 
     Example:
         >>> plan_cost()[1]
@@ -429,10 +384,8 @@ def plan_cost(
 def load_results(path: str | Path = RESULTS_PATH) -> dict:
     """The recorded runs of ``scripts/train_cifar10.py``: ``{"runs": [...], "provenance": [...]}``.
 
-    Raises:
-        FileNotFoundError: nothing recorded at ``path``, with the command that records it.
-        vitbook._files.ResultsFileError: a damaged file (not JSON, cut short) or one without
-            runs or provenance, named, with what to do (a ``ValueError``).
+    FileNotFoundError for no file; ``vitbook._files.ResultsFileError`` for a damaged one, or one
+    without runs or provenance.
 
     See chapter: Real photos.
     """
@@ -446,20 +399,12 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict:
 
 
 def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
-    """Per row of the ladder: seeds, mean and spread of the accuracies, wall-clock minutes.
-
-    Reads both layouts: runs with ``minutes`` (the shipped recording) or ``wall_clock_minutes``.
-
-    Returns:
-        ``{row: {"n", "val_mean", "val_std", "test_mean", "test_std", "test_min", "test_max",
-        "wall_clock_minutes"}}``; the standard deviations are the sample ones (divisor n - 1),
-        ``None`` for one seed. Wall-clock minutes of runs that shared a GPU are not the time of a
-        run alone.
+    """Per row: ``{"n", "val_mean", "val_std", "test_mean", "test_std", "test_min", "test_max",
+    "wall_clock_minutes"}``; sample standard deviations (n - 1), ``None`` for one seed.
 
     Raises:
-        TypeError / ValueError: a run without its row, seed or accuracies, a seed that is not an
-            integer, an accuracy that is not a fraction in [0, 1] (79 beside 0.8: a percentage)
-            or NaN, a (row, seed) twice; each named with the run.
+        TypeError / ValueError: a run without row, seed or accuracies, a non-integer seed, an
+            accuracy outside [0, 1] or NaN, a (row, seed) twice; each named with the run.
 
     Example:
         >>> runs = [{"row": "a", "seed": s, "final_val_accuracy": v, "test_accuracy": t,
@@ -491,13 +436,8 @@ def summarize(results: dict) -> dict[str, dict[str, float | int | None]]:
 
 
 def describe(row: dict, split: str = "test", digits: int = 4, *, percent: bool = False) -> str:
-    """A row's accuracy as text: ``"0.8737 ± 0.0047"``, or ``"0.8315 (one seed)"``.
-
-    Args:
-        row: a row of :func:`summarize`.
-        split: ``"test"`` or ``"val"``.
-        digits: decimals of a fraction; with ``percent``, the same precision in percent.
-        percent: write ``"87.37 ± 0.47"`` (percent) instead of fractions.
+    """A :func:`summarize` row's ``split`` accuracy as text: ``"0.8737 ± 0.0047"``; ``percent``
+    keeps the precision of ``digits`` decimals of a fraction.
 
     Example:
         >>> describe({"test_mean": 0.8315, "test_std": None})
@@ -515,13 +455,8 @@ def describe(row: dict, split: str = "test", digits: int = 4, *, percent: bool =
 
 
 def group_provenance(results: dict) -> list[dict[str, object]]:
-    """The provenance entries of a results file, identical ones grouped (one entry a process).
-
-    Entries that differ only in their command, date and seeds fall in one group.
-
-    Returns:
-        One dict per group: the shared fields, ``"entries"`` (how many), ``"seeds"`` (sorted
-        union), ``"dates"`` (first and last) and ``"commands"`` (each entry's).
+    """A results file's provenance entries grouped where only command, date and seeds differ:
+    the shared fields, ``"entries"``, ``"seeds"``, ``"dates"`` (first, last), ``"commands"``.
 
     See chapter: Real photos.
     """
@@ -547,21 +482,13 @@ def recording_progress(
     *,
     source: str = "",
 ) -> Progress:
-    """What a possibly partial results file holds of the next recording (a
-    :class:`vitbook.studies.recording.Progress`: recorded and missing runs, partial rows, labels).
-
-    Args:
-        results: a results file of ``scripts/train_cifar10.py`` (a state folder's
-            ``results.json``, or a merge of them), possibly with no runs; ``None`` when nothing
-            is recorded yet.
-        order: the plan's runs; :func:`recording_order` by default.
-        source: where ``results`` came from, kept in ``Progress.source``.
+    """The :class:`vitbook.studies.recording.Progress` of ``order`` (default:
+    :func:`recording_order`) in ``results`` (``None``: nothing recorded yet).
 
     Raises:
-        vitbook._files.ResultsFileError: not a results file (no list of runs), or a run
-            without row, seed, epochs or recipe.
-        ValueError: a run of the plan recorded twice, or with other epochs or another recipe
-            than the plan's (a smoke run, say), named with what to do.
+        vitbook._files.ResultsFileError: no list of runs, or a run without row, seed, epochs
+            or recipe.
+        ValueError: a planned run recorded twice, or with other epochs or recipe than planned.
 
     Example:
         >>> progress = recording_progress(None)
@@ -577,12 +504,7 @@ def recording_progress(
 
 
 def load_progress(path: str | Path = NEXT_RESULTS_PATH) -> Progress:
-    """:func:`recording_progress` of a results file; no file at ``path`` means nothing is
-    recorded yet (``Progress.source`` says so).
-
-    Raises:
-        vitbook._files.ResultsFileError: a damaged file (not JSON, cut short), named.
-        ValueError: as :func:`recording_progress`.
+    """:func:`recording_progress` of the file at ``path`` (none: nothing recorded); raises as it.
 
     Example:
         >>> load_progress("no-such-file.json").source

@@ -1,8 +1,4 @@
-"""A plan of runs, ``(row, seed)`` in the order they are recorded, and what a possibly partial
-results file holds of it: the recorded runs, the missing ones, the rows with some of their seeds.
-
-:func:`progress_of` reads a results file against a plan and refuses what does not belong to it;
-:func:`vitbook.studies.ladder.recording_progress` applies it to the photo ladder.
+"""A plan of runs ``(row, seed)`` and what a possibly partial results file holds of it.
 
 See chapter: Real photos.
 """
@@ -18,11 +14,8 @@ __all__ = ["Progress", "progress_of"]
 
 @dataclass(frozen=True)
 class Progress:
-    """What a possibly partial recording holds, against its plan.
-
-    Runs are ``(row, seed)`` pairs, every tuple in recording order. ``runs`` maps a pair to the
-    file's run, ``provenance`` holds the file's entries, ``other`` the runs outside the plan (left
-    out), ``source`` where the runs came from.
+    """What a possibly partial recording holds, against its plan: ``(row, seed)`` pairs in
+    recording order; ``runs``: pair -> the file's run; ``other``: runs outside the plan.
 
     See chapter: Real photos.
     """
@@ -80,21 +73,19 @@ class Progress:
     def shared(
         self, row_a: str, row_b: str, metric: str = "test_accuracy"
     ) -> tuple[dict[int, float], dict[int, float]]:
-        """The two rows' values over the seeds both have recorded: what
-        :func:`vitbook.studies.comparison.paired_difference` takes."""
+        """The two rows' values over their shared seeds, for
+        :func:`vitbook.studies.comparison.paired_difference`."""
         a, b = self.values(row_a, metric), self.values(row_b, metric)
         both = sorted(a.keys() & b.keys())
         return {s: a[s] for s in both}, {s: b[s] for s in both}
 
     def results(self) -> dict:
-        """The recorded runs of the plan as a results file: ``{"runs", "provenance"}``, the runs
-        in recording order (what :func:`vitbook.studies.ladder.summarize` reads)."""
+        """The plan's recorded runs, in order, as a results file: ``{"runs", "provenance"}``."""
         return {"runs": [self.runs[key] for key in self.recorded],
                 "provenance": list(self.provenance)}  # fmt: skip
 
     def label(self, row: str) -> str:
-        """``row`` with what is recorded of it, e.g. ``"vit-200 (seed 0 of 0, 1, 2; partial)"``,
-        ``"vit-50 (seeds 0, 1)"`` or ``"vit-50-mix (not recorded)"``."""
+        """``row`` with what is recorded of it: ``"vit-200 (seed 0 of 0, 1, 2; partial)"``."""
         seeds, planned = self.seeds(row), self.planned_seeds(row)
         if not seeds:
             return f"{row} (not recorded)"
@@ -103,8 +94,7 @@ class Progress:
         return f"{row} ({_seeds(seeds)} of {', '.join(map(str, planned))}; partial)"
 
     def describe(self) -> str:
-        """The recording's state in a few lines: how much is recorded, each row's label, the
-        missing rows and the next run."""
+        """The recording's state: how much is recorded, each row's label, what is missing."""
         if self.complete:
             head = f"Recorded: all {len(self.order)} runs of the plan."
         elif not self.recorded:
@@ -138,14 +128,12 @@ def progress_of(
     *,
     source: str = "",
 ) -> Progress:
-    """What ``results`` holds of the plan ``order``.
-
-    ``results`` is ``{"runs", "provenance"}`` or ``None``; ``planned`` maps row ->
+    """What ``results`` (or ``None``) holds of the plan ``order``, given ``planned``: row ->
     ``(epochs, recipe)``; ``source`` is named in errors.
 
     Raises:
-        vitbook._files.ResultsFileError: no list of runs, a run without row, seed, epochs or
-            recipe, or one whose row is not a name or whose seed is not an int (``"0"``).
+        vitbook._files.ResultsFileError: no list of runs, or a run without a named row, an int
+            seed, epochs or recipe.
         ValueError: a run of the plan recorded twice, or with other epochs or another recipe.
 
     Example:

@@ -1,16 +1,8 @@
 """Recorded results that belong together: the seeds' spread of a number, and ladder files joined.
 
-- :func:`spread` is what every results file's summary reports per setting: the seeds' count,
-  mean, standard deviation, minimum and maximum.
-- :func:`check_summable` refuses runs that cannot be averaged per row (no accuracy, a seed that
-  is not a number, a percentage, a run twice).
-- :func:`check_together` refuses to join ladder runs that do not belong together (other data,
-  device, epochs or recipe, or a row and seed twice); :func:`join` joins them, keeping every
-  provenance entry.
-
-:class:`Appender` adds a process's runs to a results file one at a time, under the file's lock,
-to what the file holds at that moment: two processes appending to one file lose no run.
-Writing and reading the files themselves (checked paths, atomic writes) is :mod:`vitbook._files`.
+:func:`spread` summarises one number over seeds; :func:`check_summable` and
+:func:`check_together` refuse runs that cannot be averaged or joined; :func:`join` joins files;
+:class:`Appender` adds runs to a file that other processes may be adding to.
 
 See chapter: Real photos.
 """
@@ -34,12 +26,8 @@ __all__ = ["Appender", "RefusedRun", "check_summable", "check_together", "join",
 
 def spread(values: Sequence[float]) -> dict[str, float]:
     """The seeds' spread of one number: ``n``, ``mean``, ``std`` (0.0 for one seed), ``min``,
-    ``max``. What every results file's summary reports per setting.
-
-    Raises:
-        TypeError: a value that is not a real number (a string or ``None`` from a damaged file).
-        ValueError: no values, or a NaN or infinite one (a run that diverged or was never
-            recorded), named with its position.
+    ``max``. TypeError for a value that is not a real number, ValueError for none or a NaN or
+    infinite one, each named with its position.
 
     Example:
         >>> {name: round(value, 4) for name, value in spread([0.8, 0.9]).items()}
@@ -160,20 +148,13 @@ def _sources(found: dict[object, list[str]]) -> str:
 def check_together(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = False) -> None:
     """Refuse ladder runs that do not belong in one table, naming what differs and where.
 
-    Runs belong together when every provenance entry names the same data checksum and device,
-    every row has one number of epochs and one recipe, and no (row, seed) pair comes twice (it
-    would count one run as two seeds). Runs not yet trained may be passed too: only ``row``,
-    ``seed``, ``epochs`` and ``recipe`` are read, so a script checks *before* it trains.
-
-    Args:
-        parts: ``(name, {"runs": [...], "provenance": [...]})``, one per file or process.
-        allow_mixed: accept other data, devices, epochs or recipes (never a repeated run).
+    ``parts``: ``(name, {"runs": [...], "provenance": [...]})``. Together means one data
+    checksum and device, one epochs and recipe per row, no (row, seed) twice; ``allow_mixed``
+    waives all but the last. Only ``row``, ``seed``, ``epochs``, ``recipe`` are read.
 
     Raises:
-        ResultsFileError: a part that is not a ladder results file: no runs or provenance, a
-            run's seed that is not an integer (``"0"`` and ``0`` would be two seeds), a run's
-            ``process`` that points at no provenance entry, a provenance ``data`` that is not
-            an object.
+        ResultsFileError: a part that is not a ladder results file (no runs or provenance, a
+            non-integer seed, a ``process`` that points at no entry, ``data`` not an object).
         ValueError: what does not belong together, with the files it comes from.
 
     Example:
@@ -229,9 +210,8 @@ def check_together(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = Fal
 def join(parts: Sequence[tuple[str, dict]], *, allow_mixed: bool = False, note: dict) -> dict:
     """Join ladder result files after :func:`check_together`: all runs, every provenance entry.
 
-    A run written by a recent script names the provenance entry of the process that made it
-    (``"process"``, an index into ``"provenance"``); the indices are shifted to point into the
-    joined list. ``note`` (the command, the date) is appended to the file's ``"joins"``.
+    Each run's ``"process"`` index is shifted into the joined provenance; ``note`` is appended
+    to ``"joins"``.
 
     Example:
         >>> run = {"row": "r", "seed": 0, "epochs": 2, "recipe": {}, "process": 0}
@@ -268,21 +248,11 @@ class RefusedRun(ValueError):
 class Appender:
     """This process's runs, added to a results file that other processes may be adding to.
 
-    Each :meth:`add` takes the file's lock (``vitbook._files.update_json``), reads what the file
-    holds *now* (another process's runs included), adds this process's provenance ``entry`` the
-    first time (its index is the run's ``process``), lets ``add(data, run, process)`` put the run
-    in, checks the result with ``check(data)`` and writes the whole file atomically. A run that
-    the check refuses (its row and seed written meanwhile by another process, say) is written to
-    a file of its own beside ``path`` instead, named in the :class:`RefusedRun` error: nothing
-    trained is lost.
-
-    Args:
-        path: the results file; it need not exist yet.
-        entry: this process's provenance entry.
-        empty: the content of a new file, without runs or provenance entries.
-        add: puts one run into ``data``, given the index of ``entry``.
-        check: raises ``ValueError`` when ``data`` cannot be written.
-        remedy: how to make a damaged file again, for read errors.
+    Each :meth:`add`, under the file's lock (``vitbook._files.update_json``), reads the file as
+    it is now, appends ``entry`` to its provenance the first time, calls ``add(data, run,
+    process)`` and ``check(data)`` (raises ``ValueError`` to refuse) and writes it atomically. A
+    refused run goes to a file beside ``path``, named in the :class:`RefusedRun` raised.
+    ``empty``: a new file's content; ``remedy``: how to make a damaged file again.
 
     Example:
         >>> import tempfile
@@ -320,8 +290,7 @@ class Appender:
         self.added += 1
 
     def update_entry(self, change: Callable[[dict], None] | None = None) -> None:
-        """Write this process's ``entry`` again (it changed) and let ``change(data)`` tidy the
-        file (an order of its runs, say), under the lock."""
+        """Write this process's ``entry`` again and let ``change(data)`` tidy the file, locked."""
         if self.process is None:
             return
 
