@@ -23,7 +23,7 @@ import torch
 
 from vitbook._files import ResultsFileError
 from vitbook.pretrained.checkpoints import load_model
-from vitbook.studies.recording import progress_of
+from vitbook.studies.progress import progress_of
 from vitbook.train.resume import load_state, save_state
 
 ROOT = Path(__file__).resolve().parents[1]

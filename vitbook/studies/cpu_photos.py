@@ -14,7 +14,7 @@ from pathlib import Path
 
 from vitbook import _files
 from vitbook._files import ASSETS
-from vitbook.studies.recording import Progress, progress_of
+from vitbook.studies.progress import Progress, progress_of
 
 __all__ = ["CPU_VIT", "MEASURED_STEP", "PLAN", "RESULTS_PATH", "ROW", "ROWS", "STEP_CHANGES",
            "load_progress", "load_results", "planned_recipe", "time_to_accuracy"]  # fmt: skip
@@ -84,7 +84,7 @@ def load_results(path: str | Path = RESULTS_PATH) -> dict:
 
 
 def load_progress(path: str | Path = RESULTS_PATH) -> Progress:
-    """The CPU plan's :class:`vitbook.studies.recording.Progress` in the file at ``path``."""
+    """The CPU plan's :class:`vitbook.studies.progress.Progress` in the file at ``path``."""
     path = Path(path)
     order = [(row, seed) for row, seeds in PLAN.items() for seed in seeds]
     planned = {row: (ROWS[row]["epochs"], planned_recipe(row)) for row in PLAN}

@@ -22,7 +22,7 @@ from vitbook.baselines import CifarResNet18
 from vitbook.data import augment
 from vitbook.data.cifar import CIFAR10_MEAN, CIFAR10_STD, Normalize
 from vitbook.studies import cpu_photos, records
-from vitbook.studies.recording import Progress, progress_of
+from vitbook.studies.progress import Progress, progress_of
 from vitbook.train import Recipe
 from vitbook.train.distill import DistillationLoss
 from vitbook.vit import VisionTransformer, ViTConfig
@@ -482,7 +482,7 @@ def recording_progress(
     *,
     source: str = "",
 ) -> Progress:
-    """The :class:`vitbook.studies.recording.Progress` of ``order`` (default:
+    """The :class:`vitbook.studies.progress.Progress` of ``order`` (default:
     :func:`recording_order`) in ``results`` (``None``: nothing recorded yet).
 
     Raises:
